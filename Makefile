@@ -1,0 +1,65 @@
+# dataplane: set-up, demo and tests. Each target does all set-up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+BIN := $(VENV)/bin
+DATA ?= data
+# Debian packages: real data for the demo and tests, Chromium for the report test.
+APT_PACKAGES := dataset-fashion-mnist opencv-doc
+APT_TEST_PACKAGES := $(APT_PACKAGES) chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-slow test-gpu venv system-deps system-test-deps clean help
+
+help:
+	@echo "make demo   - install into $(VENV), install the real dataset, run the main job"
+	@echo "make test   - install what tests need, run the suite (not slow)"
+	@echo "make test-slow - the slow tests"
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q -e '.[test,darshan]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+define apt_install
+	@if command -v apt-get >/dev/null 2>&1; then \
+	  missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    $(SUDO) apt-get install -y -q $$missing >/dev/null || \
+	      { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $$missing >/dev/null; } || \
+	      echo "WARNING: could not apt-get install$$missing; tests needing them will skip"; \
+	  fi; \
+	else \
+	  echo "NOTE: apt-get not found. Install Fashion-MNIST (IDX files) and point DATAPLANE_FMNIST_DIR at them;"; \
+	  echo "      tests that need $(1) will skip."; \
+	fi
+endef
+
+system-deps:
+	$(call apt_install,$(APT_PACKAGES))
+
+system-test-deps:
+	$(call apt_install,$(APT_TEST_PACKAGES))
+
+demo: venv system-deps
+	$(BIN)/dataplane ingest fmnist $(DATA)/fmnist --format folder
+	$(BIN)/dataplane iterate $(DATA)/fmnist/train --epochs 2
+
+test: venv system-test-deps
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: venv system-test-deps
+	$(PY) -m pytest -m "slow" $(PYTEST_ARGS)
+
+test-gpu: venv
+	$(PY) -m pytest -m "gpu" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) $(DATA) .pytest_cache

@@ -1,0 +1,1 @@
+"""LMDB store of fully augmented samples keyed by (sample, variant)."""

@@ -1,0 +1,36 @@
+"""Errors raised by the data plane's public face.
+
+Every error of this package derives from :class:`DataplaneError`, so a caller
+can catch one type. Messages name the bad value and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class DataplaneError(Exception):
+    """Base class of every error raised by :mod:`dataplane`."""
+
+
+class ConfigError(DataplaneError, ValueError):
+    """An argument or option has a bad type or value (raised at construction)."""
+
+
+class DatasetError(DataplaneError):
+    """A dataset is missing, empty or malformed (for example, labels out of range)."""
+
+
+class DataError(DataplaneError):
+    """A sample could not be read or decoded (corrupt or truncated image).
+
+    Attributes
+    ----------
+    index : int
+        Index of the sample in the source.
+    path : str
+        File (or ``parquet-file#row``) the sample came from.
+    """
+
+    def __init__(self, message: str, *, index: int, path: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.path = path

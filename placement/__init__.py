@@ -1,0 +1,1 @@
+"""Learned SSD/HDD placement of intermediate files: log schema, features, model, policy, simulator."""

@@ -1,0 +1,1 @@
+"""DALI preprocessing recipes (train/eval), device choice and recipe fingerprints."""

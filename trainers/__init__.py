@@ -1,0 +1,1 @@
+"""Training loops and schedules (fresh, perfect, torch), small models, time-to-accuracy reports."""
