@@ -1,0 +1,19 @@
+"""Errors raised by :mod:`preprocessing`.
+
+Every error of this package derives from :class:`PreprocessingError`; messages
+name the bad value and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class PreprocessingError(Exception):
+    """Base class of every error raised by :mod:`preprocessing`."""
+
+
+class RecipeError(PreprocessingError, ValueError):
+    """A recipe name, parameter or custom recipe definition is invalid."""
+
+
+class DeviceError(PreprocessingError, ValueError):
+    """A device choice is invalid or unavailable (for example ``"cuda"`` without a GPU)."""
