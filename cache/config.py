@@ -1,0 +1,124 @@
+"""``CacheConfig``: the validated options of an augmented-sample cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from pathlib import Path
+from typing import Any
+
+from cache.errors import CacheConfigError
+
+#: Smallest accepted ``max_bytes`` (LMDB needs a few pages for its own trees).
+MIN_MAX_BYTES = 1 << 20
+
+
+class FillMode(str, enum.Enum):
+    """How samples produced on a cache miss are written to the cache.
+
+    ``BACKGROUND``
+        A writer thread takes batches from a bounded queue and writes them in
+        batched transactions; when the queue is full the batch is dropped (not
+        cached this time), training is never blocked.
+    ``INLINE``
+        The caller's thread writes each batch before returning (ahead-of-time
+        builds: ``dataplane cache build``).
+    ``OFF``
+        Serve what is cached, never write.
+    """
+
+    BACKGROUND = "background"
+    INLINE = "inline"
+    OFF = "off"
+
+
+def _positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CacheConfigError(f"{name} must be an int, not {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise CacheConfigError(f"{name} must be >= {minimum}, not {value}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    """Options of an augmented-sample cache (an LMDB directory).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Directory of the cache (created on first use; holds ``data.mdb`` and
+        ``lock.mdb``).
+    variants : int
+        Augmented variants kept per sample; epoch ``e`` serves variant
+        ``e % variants``. Default 4.
+    max_bytes : int
+        Upper bound of the cache's data file, in bytes (LMDB's map size).
+        When the next write would exceed it the cache stops admitting (state
+        ``FULL``) and keeps serving; the loader produces the rest fresh.
+        Default 8 GiB; at least 1 MiB.
+    rebuild : bool
+        Clear the cache when it is opened and fill it again. Use it after the
+        recipe or dataset changed (a stale cache is otherwise refused). In a
+        multi-process job pass it on one process only.
+    fill : FillMode or {"background", "inline", "off"}
+        How misses are written (see :class:`FillMode`). Default background.
+    fill_queue : int
+        Batches waiting for the background writer before new ones are dropped.
+        Default 4 (each held batch costs its uint8 size in memory).
+    max_readers : int
+        Size of LMDB's reader table: concurrent read transactions across all
+        processes using the cache (only the first process to open it sets
+        this). Default 1024.
+    durable : bool
+        Flush data to disk at every commit (``fsync``); a power loss may then
+        lose at most the last transaction. ``False`` leaves flushing to the
+        OS: a process crash still loses nothing committed, an OS crash may
+        lose recent transactions. Default True.
+
+    Raises
+    ------
+    CacheConfigError
+        For an option of the wrong type or value.
+
+    Examples
+    --------
+    >>> CacheConfig("cache/fmnist-train", variants=4, max_bytes=8 << 30)  # doctest: +ELLIPSIS
+    CacheConfig(path=PosixPath('cache/fmnist-train'), variants=4, ...)
+    """
+
+    path: Path
+    _: dataclasses.KW_ONLY
+    variants: int = 4
+    max_bytes: int = 8 << 30
+    rebuild: bool = False
+    fill: FillMode = FillMode.BACKGROUND
+    fill_queue: int = 4
+    max_readers: int = 1024
+    durable: bool = True
+
+    def __post_init__(self) -> None:
+        path = self.path
+        if isinstance(path, bytes) or not isinstance(path, str | os.PathLike):
+            raise CacheConfigError(
+                f"path must be a str or os.PathLike naming the cache directory, not "
+                f"{type(path).__name__}"
+            )
+        if str(path) == "":
+            raise CacheConfigError("path must name the cache directory, not ''")
+        object.__setattr__(self, "path", Path(path))
+        _positive_int("variants", self.variants)
+        if self.variants > 0xFFFF:
+            raise CacheConfigError(f"variants must be <= 65535, not {self.variants}")
+        _positive_int("max_bytes", self.max_bytes, minimum=MIN_MAX_BYTES)
+        _positive_int("fill_queue", self.fill_queue)
+        _positive_int("max_readers", self.max_readers)
+        for name in ("rebuild", "durable"):
+            if not isinstance(getattr(self, name), bool):
+                raise CacheConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")
+        try:
+            object.__setattr__(self, "fill", FillMode(self.fill))
+        except ValueError:
+            choices = ", ".join(repr(m.value) for m in FillMode)
+            raise CacheConfigError(f"fill must be one of {choices}, not {self.fill!r}") from None

@@ -1,0 +1,288 @@
+"""``CacheFiller``: write samples produced on cache misses without pausing training.
+
+The fresh path (decode + augment) hands each produced batch to
+:meth:`CacheFiller.submit`. What happens next depends on the store's
+:class:`~cache.config.FillMode`:
+
+``BACKGROUND`` (default)
+    The batch goes on a bounded queue (``CacheConfig.fill_queue`` batches) and
+    a writer thread (``cache-filler``) writes everything queued so far in one
+    LMDB transaction. **When the queue is full the batch is dropped**: it is not
+    cached this time (counted in :attr:`FillStats.dropped_queue_full`) and is
+    produced fresh again, and offered again, the next time it is needed.
+    ``submit`` never blocks on the disk.
+``INLINE``
+    ``submit`` writes the batch before returning (ahead-of-time builds).
+``OFF``
+    Nothing is written.
+
+A store that stopped admitting (``FULL``, ``FAILED``, ``READ_ONLY``) makes
+``submit`` return ``False`` at once without copying anything. A write failure
+(disk full, I/O error) is logged once as a warning and kept in
+:attr:`CacheFiller.error`; it never propagates into the training loop.
+
+Memory: each queued batch holds one copy of its uint8 samples (``copy=True``,
+the default, because the producer may reuse its buffer), so the writer holds at
+most ``fill_queue + 1`` batches.
+
+Processes: the writer thread belongs to the process that started it. After a
+``fork`` the child's first ``submit`` starts its own thread (queued batches of
+the parent are not carried over).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import queue
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from cache.config import FillMode
+from cache.errors import CacheError
+from cache.store import BatchTuple, CacheStore
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+@dataclasses.dataclass
+class FillStats:
+    """Counters of a filler (samples unless noted).
+
+    Attributes
+    ----------
+    submitted : int
+        Samples offered to :meth:`CacheFiller.submit`.
+    written : int
+        Records written (already-present records are not counted).
+    dropped_queue_full : int
+        Samples dropped because the background queue was full.
+    dropped_not_admitting : int
+        Samples offered while the store did not admit (full, failed, off).
+    transactions : int
+        Write transactions committed.
+    """
+
+    submitted: int = 0
+    written: int = 0
+    dropped_queue_full: int = 0
+    dropped_not_admitting: int = 0
+    transactions: int = 0
+
+
+def _writer_loop(filler_ref: weakref.ReferenceType[CacheFiller], q: queue.Queue[Any]) -> None:
+    while True:
+        try:
+            item = q.get(timeout=1.0)
+        except queue.Empty:
+            if filler_ref() is None:  # the filler was garbage-collected: stop
+                return
+            continue
+        batch = [item]
+        while True:  # coalesce what is queued into one transaction
+            try:
+                batch.append(q.get_nowait())
+            except queue.Empty:
+                break
+        stop = any(b is _STOP for b in batch)
+        work = [b for b in batch if b is not _STOP]
+        filler = filler_ref()
+        if filler is not None and work:
+            filler._write(work)
+        del filler
+        for _ in batch:
+            q.task_done()
+        if stop:
+            return
+
+
+class CacheFiller:
+    """Writes batches produced by the fresh path into a :class:`CacheStore`.
+
+    Parameters
+    ----------
+    store : CacheStore
+        Where to write.
+    mode : FillMode, optional
+        Default: the store's ``config.fill``.
+    queue_batches : int, optional
+        Background queue bound in batches. Default: ``config.fill_queue``.
+
+    Examples
+    --------
+    >>> filler = CacheFiller(store)                                   # doctest: +SKIP
+    >>> for indices, images, labels in fresh_batches:                 # doctest: +SKIP
+    ...     filler.submit(indices, epoch % store.variants, images, labels)
+    >>> filler.close()  # writes what is queued, stops the thread      # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        store: CacheStore,
+        *,
+        mode: FillMode | str | None = None,
+        queue_batches: int | None = None,
+    ) -> None:
+        if not isinstance(store, CacheStore):
+            raise CacheError(f"store must be a cache.CacheStore, not {type(store).__name__}")
+        self.store = store
+        try:
+            self.mode = FillMode(mode if mode is not None else store.config.fill)
+        except ValueError:
+            raise CacheError(
+                f"mode must be one of {[m.value for m in FillMode]}, not {mode!r}"
+            ) from None
+        self.queue_batches = queue_batches if queue_batches is not None else store.config.fill_queue
+        if isinstance(self.queue_batches, bool) or not isinstance(self.queue_batches, int) or self.queue_batches < 1:
+            raise CacheError(f"queue_batches must be a positive int, not {self.queue_batches!r}")
+        self.stats = FillStats()
+        #: The write failure that stopped filling, if any.
+        self.error: CacheError | None = None
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._queue: queue.Queue[Any] | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- public -----------------------------------------------------------------------
+    @property
+    def admitting(self) -> bool:
+        """True while submitted batches may be written."""
+        return (
+            not self._closed
+            and self.mode is not FillMode.OFF
+            and self.error is None
+            and self.store.admitting
+        )
+
+    def submit(
+        self,
+        indices: Any,
+        variant: int,
+        images: Any,
+        labels: Any,
+        *,
+        copy: bool = True,
+    ) -> bool:
+        """Offer one produced batch to the cache; never raises on write failures.
+
+        Parameters
+        ----------
+        indices : array-like of int
+            Sample indices of the rows of ``images``.
+        variant : int
+            Their variant.
+        images : array-like
+            uint8 ``(n, C, H, W)``; anything ``numpy.asarray`` accepts (a CPU
+            torch tensor via ``tensor.numpy()``, zero-copy).
+        labels : array-like of int
+            Their labels.
+        copy : bool
+            Copy ``images`` before queueing (needed when the caller reuses the
+            buffer). Only ``BACKGROUND`` mode queues; ``INLINE`` writes at once.
+
+        Returns
+        -------
+        bool
+            True if the batch was written (``INLINE``) or queued (``BACKGROUND``);
+            False if it was dropped (queue full, store not admitting, ``OFF``).
+        """
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        self.stats.submitted += idx.size
+        if not self.admitting:
+            self.stats.dropped_not_admitting += idx.size
+            return False
+        arr = np.asarray(images)
+        lab = np.asarray(labels, dtype=np.int64).reshape(-1)
+        if self.mode is FillMode.INLINE:
+            return self._write([(idx, int(variant), arr, lab)])
+        q = self._ensure_thread()
+        item: BatchTuple = (idx.copy(), int(variant), arr.copy() if copy else arr, lab.copy())
+        try:
+            q.put_nowait(item)
+        except queue.Full:
+            self.stats.dropped_queue_full += idx.size
+            return False
+        return True
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued batch is written; False if ``timeout`` (s) passed first."""
+        q = self._queue
+        if q is None or self._pid != os.getpid():
+            return True
+        if timeout is None:
+            q.join()
+            return True
+        done = threading.Event()
+
+        def _join() -> None:
+            q.join()
+            done.set()
+
+        threading.Thread(target=_join, daemon=True, name="cache-filler-flush").start()
+        return done.wait(timeout)
+
+    def close(self, *, drain: bool = True) -> None:
+        """Stop the writer thread (idempotent).
+
+        Parameters
+        ----------
+        drain : bool
+            Write what is queued first (True), or discard it (False; the thread
+            still finishes the transaction it is in).
+        """
+        self._closed = True
+        q, thread = self._queue, self._thread
+        if q is None or thread is None or self._pid != os.getpid():
+            return
+        if not drain:
+            while True:
+                try:
+                    q.get_nowait()
+                    q.task_done()
+                except queue.Empty:
+                    break
+        q.put(_STOP)
+        thread.join()
+        self._queue = self._thread = None
+
+    def __enter__(self) -> CacheFiller:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------
+    def _ensure_thread(self) -> queue.Queue[Any]:
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's thread does not exist here
+                self._pid = os.getpid()
+                self._queue = self._thread = None
+                self._lock = threading.Lock()
+            if self._queue is None or self._thread is None or not self._thread.is_alive():
+                q: queue.Queue[Any] = queue.Queue(maxsize=self.queue_batches)
+                thread = threading.Thread(
+                    target=_writer_loop, args=(weakref.ref(self), q), name="cache-filler", daemon=True
+                )
+                thread.start()
+                self._queue, self._thread = q, thread
+            return self._queue
+
+    def _write(self, batches: list[BatchTuple]) -> bool:
+        if self.error is not None:
+            return False
+        try:
+            written = self.store.put_batches(batches)
+        except CacheError as exc:
+            self.error = exc
+            logger.warning("cache filling stopped: %s", exc)
+            return False
+        self.stats.written += written
+        self.stats.transactions += 1
+        return self.store.admitting or written > 0

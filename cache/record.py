@@ -1,0 +1,170 @@
+"""Record and key layout of the cache (one concept: the bytes of a record).
+
+Key
+---
+8 bytes, big-endian: ``variant`` (16 bits) then sample ``index`` (48 bits), so
+keys sort by ``(variant, index)``. An epoch serves one variant, whose records
+form one contiguous key range (counted and cleared by range), and ascending
+indices of one variant are neighbours on disk.
+
+Value
+-----
+=========  =======  ==============================================
+offset     bytes    field (little-endian)
+=========  =======  ==============================================
+0          4        magic ``b"DPC1"``
+4          1        record format version (1)
+5          3        reserved (zero)
+8          8        label, int64
+16         8        payload size ``n`` in bytes, uint64
+24         n        payload: the augmented uint8 sample, C-contiguous, in
+                    the layout it is served in (CHW)
+24 + n     8        checksum: xxh3_64 of bytes ``[0, 24 + n)``, seeded
+                    with the 64-bit key, uint64
+=========  =======  ==============================================
+
+The payload is contiguous, so a reader views it with ``np.frombuffer`` over
+LMDB's read-only memory map and copies it once, into the batch buffer. Seeding
+the checksum with the key binds a record to its (index, variant): a record
+written under the wrong key fails its checksum too.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final, Union
+
+import numpy as np
+import xxhash
+
+from cache.errors import CorruptRecordError
+
+#: Anything exposing the buffer protocol (bytes, memoryview, numpy array).
+Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
+
+MAGIC: Final = b"DPC1"
+RECORD_VERSION: Final = 1
+HEADER: Final = struct.Struct("<4sB3xqQ")
+HEADER_SIZE: Final = HEADER.size  # 24
+CHECKSUM_SIZE: Final = 8
+#: Bytes a record adds to its payload.
+RECORD_OVERHEAD: Final = HEADER_SIZE + CHECKSUM_SIZE
+KEY_SIZE: Final = 8
+MAX_INDEX: Final = (1 << 48) - 1
+MAX_VARIANT: Final = (1 << 16) - 1
+
+
+def key_int(index: int, variant: int) -> int:
+    """The 64-bit key of ``(index, variant)`` as an int (also the checksum seed)."""
+    if not 0 <= index <= MAX_INDEX:
+        raise ValueError(f"sample index must be in 0..{MAX_INDEX}, not {index}")
+    if not 0 <= variant <= MAX_VARIANT:
+        raise ValueError(f"variant must be in 0..{MAX_VARIANT}, not {variant}")
+    return (variant << 48) | index
+
+
+def pack_key(index: int, variant: int) -> bytes:
+    """The 8-byte key of ``(index, variant)``."""
+    return key_int(index, variant).to_bytes(KEY_SIZE, "big")
+
+
+def pack_keys(indices: np.ndarray, variant: int) -> tuple[list[bytes], np.ndarray]:
+    """Keys of many indices of one variant: ``(keys, key ints as uint64)``."""
+    idx = np.asarray(indices, dtype=np.int64)
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) > MAX_INDEX):
+        raise ValueError(f"sample indices must be in 0..{MAX_INDEX}")
+    if not 0 <= variant <= MAX_VARIANT:
+        raise ValueError(f"variant must be in 0..{MAX_VARIANT}, not {variant}")
+    ints = idx.astype(np.uint64) | np.uint64(variant << 48)
+    raw = ints.astype(">u8").tobytes()
+    return [raw[i : i + KEY_SIZE] for i in range(0, len(raw), KEY_SIZE)], ints
+
+
+def unpack_key(key: Buffer) -> tuple[int, int]:
+    """``(index, variant)`` of an 8-byte key."""
+    if len(memoryview(key)) != KEY_SIZE:
+        raise ValueError(f"a record key has {KEY_SIZE} bytes, not {len(memoryview(key))}")
+    value = int.from_bytes(key, "big")
+    return value & MAX_INDEX, value >> 48
+
+
+def variant_range(variant: int) -> tuple[bytes, bytes]:
+    """First key of ``variant`` and first key after it (exclusive end, or b"" for the last)."""
+    start = pack_key(0, variant)
+    end = pack_key(0, variant + 1) if variant < MAX_VARIANT else b""
+    return start, end
+
+
+def encode_record(index: int, variant: int, label: int, payload: Buffer) -> bytes:
+    """The value stored for one sample (see the module docs for the layout).
+
+    Parameters
+    ----------
+    index, variant : int
+        The record's key (seeds the checksum).
+    label : int
+        Class label (int64).
+    payload : buffer
+        The augmented uint8 sample, C-contiguous.
+    """
+    view = memoryview(payload).cast("B")
+    header = HEADER.pack(MAGIC, RECORD_VERSION, int(label), view.nbytes)
+    hasher = xxhash.xxh3_64(seed=key_int(index, variant))
+    hasher.update(header)
+    hasher.update(view)
+    return b"".join((header, view, hasher.intdigest().to_bytes(CHECKSUM_SIZE, "little")))
+
+
+def _corrupt(index: int, variant: int, why: str) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"cache record (index {index}, variant {variant}) is corrupt: {why}; it is never served "
+        "and is dropped and refilled (or run `dataplane cache verify --repair`)",
+        index=index,
+        variant=variant,
+    )
+
+
+def check_record(value: Buffer, index: int, variant: int, payload_size: int) -> int:
+    """Check a stored value and return its label.
+
+    Parameters
+    ----------
+    value : buffer
+        The stored bytes (may be a memoryview into LMDB's map).
+    index, variant : int
+        The key the value was stored under.
+    payload_size : int
+        Expected payload size in bytes (``prod(shape)`` for uint8 samples).
+
+    Raises
+    ------
+    CorruptRecordError
+        If the size, magic, version or checksum is wrong.
+    """
+    view = memoryview(value)
+    if view.nbytes != payload_size + RECORD_OVERHEAD:
+        raise _corrupt(
+            index, variant, f"{view.nbytes} bytes, expected {payload_size + RECORD_OVERHEAD}"
+        )
+    magic, version, label, size = HEADER.unpack_from(view, 0)
+    if magic != MAGIC or version != RECORD_VERSION or size != payload_size:
+        raise _corrupt(index, variant, "bad header")
+    end = HEADER_SIZE + payload_size
+    digest = xxhash.xxh3_64_intdigest(view[:end], seed=key_int(index, variant))
+    if digest != int.from_bytes(view[end:], "little"):
+        raise _corrupt(index, variant, "checksum mismatch")
+    return int(label)
+
+
+def payload_view(value: Buffer, payload_size: int) -> np.ndarray:
+    """The payload of a checked value as a flat uint8 array (no copy)."""
+    return np.frombuffer(value, dtype=np.uint8, count=payload_size, offset=HEADER_SIZE)
+
+
+def decode_record(
+    value: Buffer, index: int, variant: int, shape: tuple[int, ...]
+) -> tuple[np.ndarray, int]:
+    """Check a value and return ``(sample copy of shape shape, label)``."""
+    size = int(np.prod(shape, dtype=np.int64))
+    label = check_record(value, index, variant, size)
+    return payload_view(value, size).reshape(shape).copy(), label

@@ -1,0 +1,945 @@
+"""``CacheStore``: augmented samples in a real LMDB environment.
+
+Layout
+------
+The cache directory holds LMDB's ``data.mdb`` and ``lock.mdb`` with two named
+databases: ``records`` (key and value layout in :mod:`cache.record`) and
+``meta`` (one JSON document, :mod:`cache.meta`).
+
+Processes and threads
+---------------------
+One writer at a time, many readers: LMDB serialises write transactions (across
+processes and threads) and readers never block or see a torn write. Any number
+of processes (DDP ranks, workers) may open the same cache.
+
+* In one process all :class:`CacheStore` objects of a directory share one LMDB
+  environment (LMDB forbids opening an environment twice in a process).
+* After ``fork`` the child keeps using the inherited environment handle with
+  its own transactions (py-lmdb gives the child its own reader slot). The child
+  never closes it: closing an inherited handle clears the parent's reader slots
+  and would let a writer overwrite pages the parent is reading. Per-process
+  state (locks, pending drops) is reset when the process id changes.
+* A store pickles as its configuration and identity (``spawn`` start method);
+  the unpickled copy opens the environment on first use, and never rebuilds.
+
+Reads
+-----
+:meth:`CacheStore.get_batch` looks up one batch in one read transaction opened
+with ``buffers=True``: each value is a read-only view into LMDB's memory map,
+checked (size, header, xxh3 checksum) and copied once into the caller's
+preallocated ``(n, C, H, W)`` uint8 buffer. Nothing is copied into Python bytes
+and the process's anonymous memory does not grow with the cache's size (its
+file-backed resident pages are the OS page cache).
+
+On failure
+----------
+* A record failing its check is never served: it is reported missing (the
+  caller produces the sample fresh), logged, counted in :attr:`CacheStore.stats`,
+  and deleted by this process's next write so that the refill can take its place.
+* The next write would exceed ``max_bytes`` (``lmdb.MapFullError``): the batch is
+  not written, the store's state becomes :attr:`StoreState.FULL` and it stops
+  admitting; serving goes on. ``MapFullError`` never reaches the caller. The
+  cache may thus stop up to one write batch short of ``max_bytes``.
+* Disk full, I/O error or an unwritable directory while writing: the batch is
+  not written (the transaction is aborted, what was committed stays valid),
+  the state becomes :attr:`StoreState.FAILED` and :class:`CacheError` is raised
+  once, from that write; later writes are not attempted. Serving goes on.
+* An existing cache in a directory this process may not write is opened
+  read-only (state :attr:`StoreState.READ_ONLY`, without LMDB's lock file, so it
+  must not be written by anyone meanwhile); a new cache in such a place raises
+  :class:`CacheError` naming the path.
+* A process killed at any point leaves only committed, complete, checksummed
+  records; the next open counts them (:meth:`CacheStore.counts`) and filling
+  goes on from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import numpy as np
+
+from cache.config import CacheConfig, FillMode
+from cache.errors import CacheError, CorruptRecordError
+from cache.meta import META_KEY, CacheIdentity, CacheMeta
+from cache.record import (
+    KEY_SIZE,
+    RECORD_OVERHEAD,
+    check_record,
+    encode_record,
+    pack_keys,
+    payload_view,
+    unpack_key,
+)
+
+logger = logging.getLogger(__name__)
+
+RECORDS_DB = b"records"
+META_DB = b"meta"
+
+
+class StoreState(str, enum.Enum):
+    """Whether a store admits new records (it always serves what it holds)."""
+
+    ADMITTING = "admitting"
+    FULL = "full"
+    FAILED = "failed"
+    READ_ONLY = "read-only"
+
+
+@dataclasses.dataclass
+class StoreStats:
+    """Counters of one store object in one process.
+
+    Attributes
+    ----------
+    hits, misses : int
+        Samples found / not found by :meth:`CacheStore.get_batch`.
+    corrupt : int
+        Records that failed their check when read (reported as misses).
+    written : int
+        Records written by this store.
+    dropped : int
+        Corrupt records deleted by this store.
+    """
+
+    hits: int = 0
+    misses: int = 0
+    corrupt: int = 0
+    written: int = 0
+    dropped: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheInfo:
+    """What :meth:`CacheStore.info` reports.
+
+    Attributes
+    ----------
+    path : str
+        Cache directory.
+    meta : CacheMeta
+        The stored metadata.
+    state : StoreState
+        This store's state.
+    counts : dict of int to int
+        Complete records per variant.
+    records : int
+        Records in total.
+    file_bytes : int
+        Size of ``data.mdb`` on disk, in bytes.
+    used_bytes : int
+        Bytes of the data file in use (LMDB's high-water mark of pages).
+    max_bytes : int
+        The size bound (LMDB map size), in bytes.
+    record_bytes : int
+        Bytes one record occupies in LMDB (payload, header, checksum, page
+        overhead).
+    """
+
+    path: str
+    meta: CacheMeta
+    state: StoreState
+    counts: dict[int, int]
+    records: int
+    file_bytes: int
+    used_bytes: int
+    max_bytes: int
+    record_bytes: int
+
+    @property
+    def bytes_per_sample(self) -> float:
+        """Used bytes per record (0 when empty)."""
+        return self.used_bytes / self.records if self.records else 0.0
+
+    @property
+    def full(self) -> bool:
+        """True when the store stopped admitting for lack of room, or one more
+        record would not fit above the high-water mark."""
+        return self.state is StoreState.FULL or (
+            self.used_bytes + self.record_bytes > self.max_bytes
+        )
+
+    @property
+    def expected_records(self) -> int:
+        """Records of a complete cache: samples times variants."""
+        return self.meta.identity.num_samples * self.meta.variants
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (for JSON)."""
+        ident = self.meta.identity
+        return {
+            "path": self.path,
+            "schema_version": self.meta.schema_version,
+            "recipe_fingerprint": ident.recipe_fingerprint,
+            "dataset_fingerprint": ident.dataset_fingerprint,
+            "sample_shape": list(ident.sample_shape),
+            "dtype": self.meta.dtype,
+            "layout": self.meta.layout,
+            "num_samples": ident.num_samples,
+            "variants": self.meta.variants,
+            "created": self.meta.created,
+            "state": self.state.value,
+            "counts": {str(k): v for k, v in sorted(self.counts.items())},
+            "records": self.records,
+            "expected_records": self.expected_records,
+            "file_bytes": self.file_bytes,
+            "used_bytes": self.used_bytes,
+            "max_bytes": self.max_bytes,
+            "record_bytes": self.record_bytes,
+            "bytes_per_sample": self.bytes_per_sample,
+            "full": self.full,
+        }
+
+
+# -- one environment per directory and process -----------------------------------------
+@dataclasses.dataclass
+class _SharedEnv:
+    env: lmdb.Environment
+    records: Any
+    meta: Any
+    owner_pid: int
+    readonly: bool
+    users: int = 0
+
+
+_REGISTRY: dict[str, _SharedEnv] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _explain(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, OSError) and exc.errno is not None:
+        text = os.strerror(exc.errno)
+    return text
+
+
+def _open_env(path: Path, config: CacheConfig | None, *, create: bool) -> _SharedEnv:
+    """Open the LMDB environment of ``path`` (read-write, else read-only)."""
+    if path.exists() and not path.is_dir():
+        raise CacheError(f"cache path {path} exists and is not a directory; choose another path")
+    if not create and not (path / "data.mdb").is_file():
+        raise CacheError(f"no cache at {path} (no data.mdb there); check the path")
+    map_size = config.max_bytes if config is not None else 0
+    common: dict[str, Any] = {
+        "subdir": True,
+        "max_dbs": 2,
+        "readahead": False,
+        "meminit": False,
+        "max_spare_txns": 1,
+    }
+    try:
+        env = lmdb.open(
+            str(path),
+            map_size=map_size,
+            max_readers=config.max_readers if config is not None else 1024,
+            sync=config.durable if config is not None else True,
+            metasync=False,
+            create=create,
+            **common,
+        )
+        readonly = False
+    except lmdb.Error as exc:
+        if not (path / "data.mdb").is_file() or os.access(path, os.W_OK):
+            raise CacheError(
+                f"cannot open or create the cache at {path}: {_explain(exc)}; choose a writable "
+                "directory (the loader keeps serving fresh samples meanwhile)"
+            ) from exc
+        try:  # an existing cache in a directory we may not write: serve it read-only
+            env = lmdb.open(str(path), map_size=map_size, readonly=True, lock=False, **common)
+        except lmdb.Error as exc2:
+            raise CacheError(f"cannot open the cache at {path} read-only: {exc2}") from exc2
+        readonly = True
+    try:
+        if readonly:  # (a handle opened inside an explicit read txn is not kept by py-lmdb)
+            records = env.open_db(RECORDS_DB, create=False)
+            meta = env.open_db(META_DB, create=False)
+        else:
+            with env.begin(write=True) as txn:
+                records = env.open_db(RECORDS_DB, txn=txn)
+                meta = env.open_db(META_DB, txn=txn)
+    except lmdb.Error as exc:
+        env.close()
+        raise CacheError(f"{path} is not a readable dataplane cache ({exc})") from exc
+    return _SharedEnv(env, records, meta, os.getpid(), readonly)
+
+
+def _acquire(path: Path, config: CacheConfig | None, *, create: bool) -> _SharedEnv:
+    key = os.path.realpath(path)
+    with _REGISTRY_LOCK:
+        shared = _REGISTRY.get(key)
+        if shared is None:
+            shared = _open_env(path, config, create=create)
+            _REGISTRY[key] = shared
+        shared.users += 1
+        return shared
+
+
+def _release(path: Path, shared: _SharedEnv) -> None:
+    key = os.path.realpath(path)
+    with _REGISTRY_LOCK:
+        shared.users -= 1
+        if shared.users > 0:
+            return
+        if _REGISTRY.get(key) is shared:
+            del _REGISTRY[key]
+        if shared.owner_pid == os.getpid():  # never close a handle inherited through fork
+            shared.env.close()
+
+
+def _commit(txn: lmdb.Transaction) -> None:
+    """Commit a write transaction (the one place data reaches the disk)."""
+    txn.commit()
+
+
+BatchTuple = tuple[np.ndarray, int, np.ndarray, np.ndarray]
+
+
+class CacheStore:
+    """An LMDB cache of augmented uint8 samples keyed by ``(index, variant)``.
+
+    Parameters
+    ----------
+    config : CacheConfig
+        Where and how (see :class:`~cache.config.CacheConfig`).
+    identity : CacheIdentity
+        What the samples are made from. A new cache records it; an existing
+        one must match it (else :class:`~cache.errors.StaleCacheError`) unless
+        ``config.rebuild``, which clears the cache first.
+
+    Raises
+    ------
+    StaleCacheError
+        The cache was built for another recipe, dataset or sample shape.
+    CacheError
+        The path cannot be opened or created, or holds no readable cache.
+
+    Examples
+    --------
+    >>> store = CacheStore(CacheConfig(path), identity)             # doctest: +SKIP
+    >>> out = np.empty((len(idx), 3, 224, 224), np.uint8)           # reused every batch
+    >>> found = store.get_batch(idx, variant=epoch % store.variants, out=out)
+    >>> images = torch.from_numpy(out)                             # no copy
+    """
+
+    def __init__(self, config: CacheConfig, identity: CacheIdentity) -> None:
+        if not isinstance(config, CacheConfig):
+            raise CacheError(f"config must be a cache.CacheConfig, not {type(config).__name__}")
+        if not isinstance(identity, CacheIdentity):
+            raise CacheError(
+                f"identity must be a cache.CacheIdentity, not {type(identity).__name__}"
+            )
+        self.config = config
+        self.identity = identity
+        self.stats = StoreStats()
+        self._init_process_state()
+        self._shared: _SharedEnv | None = None
+        self._meta: CacheMeta | None = None
+        self._state = StoreState.ADMITTING if config.fill is not FillMode.OFF else StoreState.READ_ONLY
+        self._rebuild = config.rebuild
+        self._existing_only = False
+        self._open()
+
+    @classmethod
+    def open_existing(cls, path: str | os.PathLike[str]) -> CacheStore:
+        """Open an existing cache without knowing its inputs (inspection: CLI ``info``,
+        ``verify``, ``clear``). Its stored identity is taken as the expected one.
+
+        Raises
+        ------
+        CacheError
+            If there is no readable cache at ``path``.
+        """
+        self = cls.__new__(cls)
+        self.config = CacheConfig(path, fill=FillMode.INLINE)
+        self.stats = StoreStats()
+        self._init_process_state()
+        self._shared = None
+        self._meta = None
+        self._state = StoreState.ADMITTING
+        self._rebuild = False
+        self._existing_only = True
+        self._open()
+        assert self._meta is not None  # set by _open
+        self.identity = self._meta.identity
+        self.config = dataclasses.replace(
+            self.config, variants=self._meta.variants, max_bytes=self._meta.max_bytes
+        )
+        return self
+
+    # -- process-local state ----------------------------------------------------------
+    def _init_process_state(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._pending_drop: set[bytes] = set()
+
+    def _check_process(self) -> None:
+        if self._pid != os.getpid():  # forked: the lock may have been held by a parent thread
+            pending = set(self._pending_drop)
+            self._init_process_state()
+            self._pending_drop |= pending
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "config": dataclasses.replace(self.config, rebuild=False),
+            "identity": getattr(self, "identity", None),
+            "state": self._state,
+            "existing_only": self._existing_only,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.config = state["config"]
+        self.identity = state["identity"]
+        self.stats = StoreStats()
+        self._init_process_state()
+        self._shared = None
+        self._meta = None
+        self._state = state["state"]
+        self._rebuild = False
+        self._existing_only = state["existing_only"]
+
+    # -- opening ----------------------------------------------------------------------
+    def _env(self) -> _SharedEnv:
+        self._check_process()
+        if self._shared is None:
+            self._open()
+        assert self._shared is not None
+        return self._shared
+
+    @property
+    def path(self) -> Path:
+        """The cache directory."""
+        return self.config.path
+
+    def _open(self) -> None:
+        path = self.config.path
+        create = not self._existing_only
+        if path.exists() and not path.is_dir():
+            raise CacheError(f"cache path {path} exists and is not a directory; choose another path")
+        if create:
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise CacheError(
+                    f"cannot create the cache directory {path}: {_explain(exc)}; choose a "
+                    "writable path (the loader keeps serving fresh samples meanwhile)"
+                ) from exc
+        shared = _acquire(path, None if self._existing_only else self.config, create=create)
+        try:
+            self._meta = self._load_meta(shared)
+        except BaseException:
+            _release(path, shared)
+            raise
+        self._shared = shared
+        if shared.readonly:
+            self._state = StoreState.READ_ONLY
+
+    def _load_meta(self, shared: _SharedEnv) -> CacheMeta:
+        where = str(self.config.path)
+        with shared.env.begin(db=shared.meta) as txn:
+            raw = txn.get(META_KEY)
+            meta = CacheMeta.from_json(raw, where=where) if raw is not None else None
+        if self._existing_only:
+            if meta is None:
+                raise CacheError(f"{where} holds no dataplane cache metadata; check the path")
+            return meta
+        if meta is not None and not self._rebuild:
+            meta.check(self.identity, where=where)
+            if meta.variants == self.config.variants and meta.max_bytes == self.config.max_bytes:
+                return meta
+        if shared.readonly:
+            if meta is None:
+                raise CacheError(f"{where} holds no cache and is not writable; choose another path")
+            if self._rebuild:
+                raise CacheError(f"cannot rebuild the cache at {where}: the directory is not writable")
+            return meta
+        new = CacheMeta.new(self.identity, variants=self.config.variants, max_bytes=self.config.max_bytes)
+        rebuild = self._rebuild
+        self._rebuild = False  # once per store: an unpickled or reopened store never rebuilds
+        try:
+            txn = shared.env.begin(write=True)
+            try:
+                current = txn.get(META_KEY, db=shared.meta)
+                if current is not None and not rebuild:
+                    # Another process may have created it meanwhile: keep its creation time.
+                    stored = CacheMeta.from_json(current, where=where)
+                    stored.check(self.identity, where=where)
+                    new = dataclasses.replace(new, created=stored.created)
+                if rebuild:
+                    txn.drop(shared.records, delete=False)
+                    logger.info("cache %s cleared for a rebuild", where)
+                txn.put(META_KEY, new.to_json(), db=shared.meta)
+                _commit(txn)
+            except BaseException:
+                txn.abort()
+                raise
+        except lmdb.MapFullError:
+            if rebuild:
+                raise CacheError(f"cannot rebuild the cache at {where}: its max_bytes is too small") from None
+            self._state = StoreState.FULL
+            return meta if meta is not None else new
+        except lmdb.Error as exc:
+            raise CacheError(
+                f"cannot write the metadata of the cache at {where}: {_explain(exc)}; free disk "
+                "space or choose a writable path"
+            ) from exc
+        return new
+
+    @property
+    def meta(self) -> CacheMeta:
+        """The stored metadata (as of opening)."""
+        self._env()
+        assert self._meta is not None
+        return self._meta
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one sample, ``(C, H, W)``."""
+        return self.identity.sample_shape
+
+    @property
+    def variants(self) -> int:
+        """Variants per sample."""
+        return self.config.variants
+
+    @property
+    def state(self) -> StoreState:
+        """Whether this store still admits records."""
+        return self._state
+
+    @property
+    def admitting(self) -> bool:
+        """True while writes are attempted."""
+        return self._state is StoreState.ADMITTING
+
+    def _payload_size(self) -> int:
+        return int(np.prod(self.identity.sample_shape, dtype=np.int64))
+
+    @contextmanager
+    def _read(self, db: Any = None) -> Iterator[lmdb.Transaction]:
+        shared = self._env()
+        try:
+            txn = shared.env.begin(db=db if db is not None else shared.records, buffers=True)
+        except lmdb.MapResizedError:  # another process grew the map: adopt its size
+            shared.env.set_mapsize(0)
+            txn = shared.env.begin(db=db if db is not None else shared.records, buffers=True)
+        try:
+            yield txn
+        finally:
+            txn.abort()
+
+    # -- serving ----------------------------------------------------------------------
+    def get_batch(
+        self,
+        indices: Sequence[int] | np.ndarray,
+        variant: int,
+        out: np.ndarray,
+        *,
+        labels: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Copy the cached samples of ``indices`` (one variant) into ``out``.
+
+        Parameters
+        ----------
+        indices : sequence of int
+            Sample indices, in batch order.
+        variant : int
+            The variant to read (``epoch % variants``).
+        out : numpy.ndarray
+            Preallocated C-contiguous uint8 array of shape at least
+            ``(len(indices), *sample_shape)``; row ``i`` receives sample
+            ``indices[i]`` where found. Rows of missing samples are left as they
+            were. ``torch.from_numpy(out)`` then wraps it without a copy.
+        labels : numpy.ndarray, optional
+            int64 array of length ``len(indices)`` receiving stored labels.
+
+        Returns
+        -------
+        numpy.ndarray
+            bool mask, True where the sample was found and passed its check.
+
+        Raises
+        ------
+        CacheError
+            If ``out`` has the wrong shape/dtype, or LMDB fails to read.
+        """
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = idx.size
+        shape = self.identity.sample_shape
+        if (
+            not isinstance(out, np.ndarray)
+            or out.dtype != np.uint8
+            or not out.flags.c_contiguous
+            or out.shape[1:] != shape
+            or out.shape[0] < n
+        ):
+            raise CacheError(
+                f"out must be a C-contiguous uint8 array of shape ({n}, {', '.join(map(str, shape))}) "
+                f"or longer, not {getattr(out, 'dtype', type(out).__name__)} "
+                f"{getattr(out, 'shape', '')}"
+            )
+        if labels is not None and (labels.shape[0] < n or labels.dtype != np.int64):
+            raise CacheError(f"labels must be an int64 array of length >= {n}")
+        self._check_variant(variant)
+        size = self._payload_size()
+        flat = out.reshape(out.shape[0], -1)
+        found = np.zeros(n, dtype=bool)
+        keys, _ = pack_keys(idx, variant)
+        corrupt: list[tuple[bytes, CorruptRecordError]] = []
+        try:
+            with self._read() as txn:
+                get = txn.get
+                for i, key in enumerate(keys):
+                    value = get(key)
+                    if value is None:
+                        continue
+                    try:
+                        label = check_record(value, int(idx[i]), variant, size)
+                    except CorruptRecordError as exc:
+                        corrupt.append((key, exc))
+                        continue
+                    flat[i] = payload_view(value, size)
+                    if labels is not None:
+                        labels[i] = label
+                    found[i] = True
+        except lmdb.Error as exc:
+            raise CacheError(f"reading the cache at {self.path} failed: {exc}") from exc
+        hits = int(found.sum())
+        self.stats.hits += hits
+        self.stats.misses += n - hits
+        if corrupt:
+            self.stats.corrupt += len(corrupt)
+            with self._lock:
+                self._pending_drop.update(key for key, _ in corrupt)
+            for _, exc in corrupt:
+                logger.warning("%s (cache %s)", exc, self.path)
+        return found
+
+    def _check_variant(self, variant: int) -> None:
+        if isinstance(variant, bool) or not isinstance(variant, int | np.integer):
+            raise CacheError(f"variant must be an int, not {variant!r}")
+        if not 0 <= int(variant) < self.config.variants:
+            raise CacheError(
+                f"variant {variant} is out of range 0..{self.config.variants - 1} "
+                f"(the cache keeps {self.config.variants} variants)"
+            )
+
+    # -- filling ----------------------------------------------------------------------
+    def put_batch(
+        self,
+        indices: Sequence[int] | np.ndarray,
+        variant: int,
+        images: np.ndarray,
+        labels: Sequence[int] | np.ndarray,
+    ) -> int:
+        """Write one batch of augmented samples in one transaction.
+
+        Parameters
+        ----------
+        indices : sequence of int
+            Sample indices of the rows of ``images``.
+        variant : int
+            Their variant.
+        images : numpy.ndarray
+            uint8 array ``(n, *sample_shape)`` (CHW samples).
+        labels : sequence of int
+            Their labels.
+
+        Returns
+        -------
+        int
+            Records written. Records already present are kept (a sample's
+            variant is fixed once cached); 0 when the store does not admit.
+
+        Raises
+        ------
+        CacheError
+            On bad shapes, or once when a write fails for a reason other than
+            ``max_bytes`` (disk full, I/O error); see the module docs.
+        """
+        return self.put_batches([(np.asarray(indices), variant, images, np.asarray(labels))])
+
+    def put_batches(self, batches: Iterable[BatchTuple]) -> int:
+        """Write several ``(indices, variant, images, labels)`` batches in one transaction.
+
+        See :meth:`put_batch`.
+        """
+        shared = self._env()
+        if self._state is not StoreState.ADMITTING:
+            return 0
+        size = self._payload_size()
+        items: list[tuple[bytes, bytes]] = []
+        for indices, variant, images, labels in batches:
+            idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+            self._check_variant(variant)
+            arr = np.asarray(images)
+            if arr.dtype != np.uint8 or arr.shape != (idx.size, *self.identity.sample_shape):
+                raise CacheError(
+                    f"images must be uint8 of shape ({idx.size}, "
+                    f"{', '.join(map(str, self.identity.sample_shape))}) (CHW samples), not "
+                    f"{arr.dtype} {arr.shape}"
+                )
+            lab = np.asarray(labels, dtype=np.int64).reshape(-1)
+            if lab.size != idx.size:
+                raise CacheError(f"got {lab.size} labels for {idx.size} samples")
+            if idx.size and int(idx.max()) >= self.identity.num_samples:
+                raise CacheError(
+                    f"sample index {int(idx.max())} is out of range for a cache of "
+                    f"{self.identity.num_samples} samples"
+                )
+            arr = np.ascontiguousarray(arr).reshape(idx.size, size)
+            keys, _ = pack_keys(idx, int(variant))
+            for i, key in enumerate(keys):
+                items.append((key, encode_record(int(idx[i]), int(variant), int(lab[i]), arr[i])))
+        with self._lock:
+            pending = self._pending_drop
+            self._pending_drop = set()
+        written = dropped = 0
+        try:
+            txn = shared.env.begin(write=True, db=shared.records)
+            try:
+                for key in pending:
+                    value = txn.get(key)
+                    if value is not None and not self._valid(key, value, size):
+                        txn.delete(key)
+                        dropped += 1
+                for key, value in items:
+                    if txn.put(key, value, overwrite=False):
+                        written += 1
+                _commit(txn)
+            except BaseException:
+                txn.abort()
+                raise
+        except lmdb.MapFullError:
+            with self._lock:
+                self._pending_drop |= pending
+                self._state = StoreState.FULL
+            logger.info(
+                "cache %s reached max_bytes=%d; it stops admitting and keeps serving",
+                self.path,
+                self.config.max_bytes,
+            )
+            return 0
+        except (lmdb.Error, OSError) as exc:
+            with self._lock:
+                self._pending_drop |= pending
+                self._state = StoreState.FAILED
+            reason = _explain(exc)
+            hint = (
+                "free disk space"
+                if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "space" in str(exc)
+                else "check the disk and permissions"
+            )
+            raise CacheError(
+                f"writing to the cache at {self.path} failed ({reason}); it stops admitting new "
+                f"samples and keeps serving the {self._committed_hint()} it holds; {hint}, then "
+                "reopen it to fill again"
+            ) from exc
+        self.stats.written += written
+        self.stats.dropped += dropped
+        return written
+
+    def _committed_hint(self) -> str:
+        try:
+            return f"{self.count()} records"
+        except CacheError:
+            return "records"
+
+    @staticmethod
+    def _valid(key: bytes, value: Any, size: int) -> bool:
+        index, variant = unpack_key(key)
+        try:
+            check_record(value, index, variant, size)
+        except CorruptRecordError:
+            return False
+        return True
+
+    def drop(self, pairs: Iterable[tuple[int, int]]) -> int:
+        """Delete the records of ``(index, variant)`` pairs; returns how many existed.
+
+        Raises
+        ------
+        CacheError
+            If the cache cannot be written.
+        """
+        shared = self._env()
+        if shared.readonly:
+            raise CacheError(f"cannot drop records: the cache at {self.path} is read-only")
+        keys = [pack_keys(np.array([i]), v)[0][0] for i, v in pairs]
+        deleted = 0
+        try:
+            txn = shared.env.begin(write=True, db=shared.records)
+            try:
+                for key in keys:
+                    deleted += bool(txn.delete(key))
+                _commit(txn)
+            except BaseException:
+                txn.abort()
+                raise
+        except lmdb.Error as exc:
+            raise CacheError(f"dropping records from the cache at {self.path} failed: {exc}") from exc
+        self.stats.dropped += deleted
+        return deleted
+
+    def clear(self) -> int:
+        """Delete every record (the metadata stays); returns how many there were.
+
+        The data file keeps its size: its pages are reused by the next fill.
+        Delete the directory to give the disk space back.
+        """
+        shared = self._env()
+        if shared.readonly:
+            raise CacheError(f"cannot clear: the cache at {self.path} is read-only")
+        try:
+            txn = shared.env.begin(write=True, db=shared.records)
+            try:
+                count = int(txn.stat(shared.records)["entries"])
+                txn.drop(shared.records, delete=False)
+                _commit(txn)
+            except BaseException:
+                txn.abort()
+                raise
+        except lmdb.Error as exc:
+            raise CacheError(f"clearing the cache at {self.path} failed: {exc}") from exc
+        if self._state is StoreState.FULL:
+            self._state = StoreState.ADMITTING
+        return count
+
+    # -- inspection -------------------------------------------------------------------
+    def count(self) -> int:
+        """Records in the cache (all variants); O(1)."""
+        with self._read() as txn:
+            return int(txn.stat(self._env().records)["entries"])
+
+    def counts(self) -> dict[int, int]:
+        """Complete records per variant (variants without records included as 0)."""
+        out = dict.fromkeys(range(self.config.variants), 0)
+        with self._read() as txn:
+            cursor = txn.cursor()
+            for key in cursor.iternext(keys=True, values=False):
+                variant = int.from_bytes(key[:2], "big")
+                out[variant] = out.get(variant, 0) + 1
+        return out
+
+    def completed(self, variant: int) -> np.ndarray:
+        """bool mask over sample indices: True where ``(index, variant)`` is cached.
+
+        Presence is completeness (see :mod:`cache.meta`); checksums are checked
+        when served or verified.
+        """
+        self._check_variant(variant)
+        mask = np.zeros(self.identity.num_samples, dtype=bool)
+        start, _ = pack_keys(np.array([0]), variant)
+        with self._read() as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(start[0]):
+                for key in cursor.iternext(keys=True, values=False):
+                    index, v = unpack_key(key)
+                    if v != variant:
+                        break
+                    if index < mask.size:
+                        mask[index] = True
+        return mask
+
+    def visit(
+        self,
+        fn: Callable[[bytes, memoryview], None],
+        *,
+        chunk: int = 1024,
+    ) -> int:
+        """Call ``fn(key, value)`` for every record, in key order; returns the count.
+
+        ``value`` is a read-only view into LMDB's map, valid only during the
+        call. Records are read in read transactions of ``chunk`` records, so a
+        long scan does not pin old pages while a writer fills.
+        """
+        visited = 0
+        start: bytes | None = b""
+        while start is not None:
+            with self._read() as txn:
+                cursor = txn.cursor()
+                if not cursor.set_range(start):
+                    break
+                n = 0
+                start = None
+                for key, value in cursor.iternext():
+                    if n == chunk:
+                        start = bytes(key)
+                        break
+                    fn(bytes(key), value)
+                    n += 1
+                visited += n
+        return visited
+
+    def info(self) -> CacheInfo:
+        """Counts, sizes and state (see :class:`CacheInfo`)."""
+        shared = self._env()
+        counts = self.counts()
+        env_info = shared.env.info()
+        psize = int(shared.env.stat()["psize"])
+        used = (int(env_info["last_pgno"]) + 1) * psize
+        try:
+            file_bytes = (self.path / "data.mdb").stat().st_size
+        except OSError:
+            file_bytes = 0
+        value = self._payload_size() + RECORD_OVERHEAD
+        # LMDB stores a node (8-byte header + key + value) in the leaf page when it
+        # fits in half a page, else the value in overflow pages (16-byte header)
+        # and a node with a page number in the leaf; plus a 2-byte slot pointer.
+        node_max = (((psize - 16) // 2) & ~1) - 2
+        if 8 + KEY_SIZE + value <= node_max:
+            record_bytes = 8 + KEY_SIZE + value + 2
+        else:
+            record_bytes = -(-(value + 16) // psize) * psize + 8 + KEY_SIZE + 8 + 2
+        return CacheInfo(
+            path=str(self.path),
+            meta=self.meta,
+            state=self._state,
+            counts=counts,
+            records=sum(counts.values()),
+            file_bytes=int(file_bytes),
+            used_bytes=used,
+            max_bytes=int(env_info["map_size"]),
+            record_bytes=int(record_bytes),
+        )
+
+    # -- lifecycle --------------------------------------------------------------------
+    def close(self) -> None:
+        """Release this store's share of the environment (idempotent)."""
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            if self._pid != os.getpid():
+                return  # inherited through fork: never close
+            _release(self.path, shared)
+
+    def __enter__(self) -> CacheStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"CacheStore({str(self.path)!r}, variants={self.config.variants}, "
+            f"shape={self.identity.sample_shape if hasattr(self, 'identity') else '?'}, "
+            f"state={self._state.value!r})"
+        )

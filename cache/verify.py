@@ -1,0 +1,145 @@
+"""Verify a cache: checksums, structure and counts; optionally drop corrupt records.
+
+Serving checks every record it reads (:meth:`cache.store.CacheStore.get_batch`);
+verification checks all of them at once: each record's key, size, header and
+xxh3 checksum, and whether its index and variant are within the cache's
+metadata. Corrupt records are reported as ``(index, variant)``; with
+``repair=True`` they are deleted so that serving produces and refills them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from cache.errors import CacheError, CorruptRecordError
+from cache.record import KEY_SIZE, check_record, unpack_key
+from cache.store import CacheStore
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    """Outcome of :func:`verify`.
+
+    Attributes
+    ----------
+    path : str
+        The cache.
+    checked : int
+        Records read.
+    ok : int
+        Records that passed every check.
+    corrupt : list of (int, int)
+        ``(index, variant)`` of records that failed, in key order.
+    out_of_range : list of (int, int)
+        Valid records whose index or variant lies outside the metadata (left in
+        place; never served).
+    counts : dict of int to int
+        Valid records per variant.
+    expected : int
+        Records of a complete cache (samples x variants).
+    repaired : int
+        Corrupt records deleted (``repair=True``).
+    """
+
+    path: str
+    checked: int = 0
+    ok: int = 0
+    corrupt: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    out_of_range: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    counts: dict[int, int] = dataclasses.field(default_factory=dict)
+    expected: int = 0
+    repaired: int = 0
+
+    @property
+    def clean(self) -> bool:
+        """True when no corrupt record was found."""
+        return not self.corrupt
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (for JSON)."""
+        return {
+            "path": self.path,
+            "checked": self.checked,
+            "ok": self.ok,
+            "corrupt": [list(p) for p in self.corrupt],
+            "out_of_range": [list(p) for p in self.out_of_range],
+            "counts": {str(k): v for k, v in sorted(self.counts.items())},
+            "expected": self.expected,
+            "repaired": self.repaired,
+            "clean": self.clean,
+        }
+
+
+def verify(
+    store: CacheStore,
+    *,
+    repair: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Check every record of ``store``.
+
+    Parameters
+    ----------
+    store : CacheStore
+        An open cache.
+    repair : bool
+        Delete corrupt records (they are refilled when next needed).
+    progress : callable, optional
+        Called with the number of records checked since the last call.
+
+    Returns
+    -------
+    VerifyReport
+
+    Raises
+    ------
+    CacheError
+        If the cache cannot be read, or ``repair`` and it cannot be written.
+    """
+    meta = store.meta
+    ident = meta.identity
+    size = meta.payload_size
+    report = VerifyReport(
+        path=str(store.path),
+        counts=dict.fromkeys(range(meta.variants), 0),
+        expected=ident.num_samples * meta.variants,
+    )
+    bad_keys: list[bytes] = []
+    pending = 0
+
+    def check(key: bytes, value: memoryview) -> None:
+        nonlocal pending
+        report.checked += 1
+        pending += 1
+        if len(key) != KEY_SIZE:
+            bad_keys.append(key)
+            report.corrupt.append((-1, -1))
+            return
+        index, variant = unpack_key(key)
+        try:
+            check_record(value, index, variant, size)
+        except CorruptRecordError:
+            report.corrupt.append((index, variant))
+            return
+        if index >= ident.num_samples or variant >= meta.variants:
+            report.out_of_range.append((index, variant))
+            return
+        report.ok += 1
+        report.counts[variant] = report.counts.get(variant, 0) + 1
+        if progress is not None and pending >= 256:
+            progress(pending)
+            pending = 0
+
+    store.visit(check)
+    if progress is not None and pending:
+        progress(pending)
+    if repair and report.corrupt:
+        pairs = [p for p in report.corrupt if p != (-1, -1)]
+        report.repaired = store.drop(pairs)
+        if bad_keys:
+            raise CacheError(
+                f"{len(bad_keys)} record(s) of {store.path} have malformed keys; clear the cache"
+            )
+    return report

@@ -1,0 +1,175 @@
+"""Disk full and unwritable paths: clear errors, serving goes on, nothing stored is lost."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+
+import cache.store
+from cache import CacheConfig, CacheError, CacheFiller, CacheStore, StoreState, verify
+from tests.cache import helpers
+
+Opener = Callable[..., CacheStore]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _enospc(txn: lmdb.Transaction) -> None:
+    txn.abort()
+    raise lmdb.Error("mdb_txn_commit: No space left on device")
+
+
+def test_disk_full_on_write_is_a_clear_error_and_serving_goes_on(
+    open_store: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store()
+    idx = np.arange(32)
+    store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+    monkeypatch.setattr(cache.store, "_commit", _enospc)  # fault injection: ENOSPC at commit
+    more = np.arange(32, 64)
+    with pytest.raises(CacheError, match="No space left on device.*keeps serving the 32 records.*free disk space"):
+        store.put_batch(more, 0, helpers.images(more, 0), helpers.labels(more))
+    assert store.state is StoreState.FAILED
+    assert store.put_batch(more, 0, helpers.images(more, 0), helpers.labels(more)) == 0
+    assert helpers.check_batch(store, np.arange(64), 0) == 32  # existing cache still valid
+    monkeypatch.undo()
+    with CacheStore.open_existing(store.path) as again:
+        assert verify(again).ok == 32
+
+
+def test_disk_full_in_the_background_filler_never_reaches_training(
+    open_store: Opener, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_store()
+    monkeypatch.setattr(cache.store, "_commit", _enospc)
+    filler = CacheFiller(store)
+    idx = np.arange(8)
+    with caplog.at_level(logging.WARNING, logger="cache.fill"):
+        assert filler.submit(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+        filler.flush()
+    assert isinstance(filler.error, CacheError)
+    assert "cache filling stopped" in caplog.text and "No space left" in caplog.text
+    assert filler.submit(idx, 0, helpers.images(idx, 0), helpers.labels(idx)) is False
+    filler.close()
+    assert store.count() == 0
+
+
+_FSIZE_CHILD = """
+import json, resource, signal, sys
+import numpy as np
+from cache import CacheConfig, CacheError, CacheStore, verify
+from tests.cache import helpers
+path, limit = sys.argv[1], int(sys.argv[2])
+shape = (3, 64, 64)
+store = CacheStore(CacheConfig(path, variants=1, max_bytes=1 << 30), helpers.identity(shape=shape))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # real: writes past it fail (EFBIG)
+written, error = 0, None
+for start in range(0, 512, 16):
+    idx = np.arange(start, start + 16)
+    try:
+        written += store.put_batch(idx, 0, helpers.images(idx, 0, shape), helpers.labels(idx))
+    except CacheError as exc:
+        error = str(exc)
+        break
+served = helpers.check_batch(store, np.arange(512), 0)
+print(json.dumps({"written": written, "error": error, "state": store.state.value, "served": served}))
+"""
+
+
+def test_real_file_size_limit_during_fill(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _FSIZE_CHILD, str(tmp_path / "c"), str(2 << 20)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["error"] is not None and "writing to the cache" in result["error"]
+    assert result["state"] == "failed"
+    assert 0 < result["written"] < 512
+    assert result["served"] == result["written"]  # the process keeps serving what it has
+    with CacheStore.open_existing(tmp_path / "c") as store:
+        report = verify(store)
+    assert report.clean and report.ok == result["written"]
+
+
+@pytest.fixture
+def world_readable_dir() -> Iterator[Path]:
+    """A temporary directory another user may traverse (pytest's tmp_path is private)."""
+    path = Path(tempfile.mkdtemp(prefix="dataplane-cache-"))
+    path.chmod(0o755)
+    yield path
+    for p in [path, *path.rglob("*")]:
+        if p.is_dir():
+            p.chmod(0o755)
+    shutil.rmtree(path)
+
+
+def _as_unprivileged(fn: Callable[[], dict]) -> dict:
+    """Run ``fn`` in a forked child that cannot bypass file permissions."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(read)
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)  # drops root's capabilities: permissions now apply
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - report everything to the parent
+            result = {"crash": f"{type(exc).__name__}: {exc}"}
+        os.write(write, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(text)
+
+
+def test_read_only_directory(world_readable_dir: Path) -> None:
+    path = world_readable_dir / "cache"
+    with CacheStore(CacheConfig(path, variants=2, max_bytes=16 << 20), helpers.identity()) as store:
+        idx = np.arange(20)
+        store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+    for p in (path, *path.iterdir()):
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    world_readable_dir.chmod(0o555)
+
+    def child() -> dict:
+        out: dict = {}
+        try:
+            CacheStore(CacheConfig(world_readable_dir / "new", max_bytes=16 << 20), helpers.identity())
+        except CacheError as exc:
+            out["new_error"] = str(exc)
+        store = CacheStore(CacheConfig(path, variants=2, max_bytes=16 << 20), helpers.identity())
+        out["state"] = store.state.value
+        out["served"] = helpers.check_batch(store, np.arange(40), 0)
+        more = np.arange(20, 30)
+        out["written"] = store.put_batch(more, 0, helpers.images(more, 0), helpers.labels(more))
+        return out
+
+    result = _as_unprivileged(child)
+    assert "crash" not in result, result
+    assert "cannot create the cache directory" in result["new_error"]
+    assert "Permission denied" in result["new_error"] and "writable path" in result["new_error"]
+    assert result["state"] == "read-only"
+    assert result["served"] == 20 and result["written"] == 0
+
+
+def test_path_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(CacheError, match="exists and is not a directory"):
+        CacheStore(CacheConfig(tmp_path / "f"), helpers.identity())
+    with pytest.raises(CacheError, match="no cache at"):
+        CacheStore.open_existing(tmp_path / "missing")

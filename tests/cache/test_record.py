@@ -1,0 +1,82 @@
+"""Record and key layout: round-trips and corruption detection (Hypothesis)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from cache import CorruptRecordError
+from cache.record import (
+    MAX_INDEX,
+    RECORD_OVERHEAD,
+    decode_record,
+    encode_record,
+    pack_key,
+    pack_keys,
+    unpack_key,
+)
+
+shapes = st.tuples(st.integers(1, 4), st.integers(1, 24), st.integers(1, 24))
+indices = st.integers(0, MAX_INDEX)
+variants = st.integers(0, 0xFFFF)
+labels = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), shape=shapes, index=indices, variant=variants, label=labels)
+def test_record_round_trip(data, shape, index, variant, label) -> None:
+    sample = data.draw(hnp.arrays(np.uint8, shape))
+    value = encode_record(index, variant, label, sample)
+    assert len(value) == sample.nbytes + RECORD_OVERHEAD
+    out, got_label = decode_record(value, index, variant, shape)
+    assert out.dtype == np.uint8 and out.shape == shape
+    assert np.array_equal(out, sample)
+    assert got_label == label
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), shape=shapes, index=indices, variant=variants)
+def test_any_flipped_byte_is_detected(data, shape, index, variant) -> None:
+    sample = data.draw(hnp.arrays(np.uint8, shape))
+    value = bytearray(encode_record(index, variant, 3, sample))
+    pos = data.draw(st.integers(0, len(value) - 1))
+    value[pos] ^= data.draw(st.integers(1, 255))
+    with pytest.raises(CorruptRecordError, match=f"index {index}, variant {variant}") as info:
+        decode_record(bytes(value), index, variant, shape)
+    assert (info.value.index, info.value.variant) == (index, variant)
+
+
+@settings(max_examples=30, deadline=None)
+@given(index=indices, variant=variants, other=st.integers(0, MAX_INDEX))
+def test_record_is_bound_to_its_key(index, variant, other) -> None:
+    value = encode_record(index, variant, 1, np.zeros(12, np.uint8))
+    if other != index:
+        with pytest.raises(CorruptRecordError, match="checksum"):
+            decode_record(value, other, variant, (12,))
+
+
+def test_truncated_record_is_detected() -> None:
+    value = encode_record(1, 0, 1, np.arange(48, dtype=np.uint8))
+    with pytest.raises(CorruptRecordError, match="bytes, expected"):
+        decode_record(value[:-1], 1, 0, (48,))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(indices, variants), min_size=2, max_size=30, unique=True))
+def test_keys_sort_by_variant_then_index(pairs) -> None:
+    keys = sorted(pack_key(i, v) for i, v in pairs)
+    assert [unpack_key(k) for k in keys] == sorted(pairs, key=lambda p: (p[1], p[0]))
+
+
+def test_pack_keys_matches_pack_key(rng: np.random.Generator) -> None:
+    idx = rng.integers(0, MAX_INDEX, size=50)
+    keys, ints = pack_keys(idx, 7)
+    assert keys == [pack_key(int(i), 7) for i in idx]
+    assert [int(k) >> 48 for k in ints] == [7] * 50
+    with pytest.raises(ValueError, match="sample indices"):
+        pack_keys(np.array([-1]), 0)
+    with pytest.raises(ValueError, match="variant"):
+        pack_key(0, 1 << 16)

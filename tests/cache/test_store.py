@@ -1,0 +1,179 @@
+"""CacheStore on a real LMDB environment: serving, filling, bounds, staleness."""
+
+from __future__ import annotations
+
+import pickle
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cache import (
+    CacheConfig,
+    CacheError,
+    CacheFiller,
+    CacheStore,
+    StaleCacheError,
+    StoreState,
+)
+from tests.cache import helpers
+
+Opener = Callable[..., CacheStore]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 20), st.integers(1, 20)),
+    written=st.sets(st.integers(0, 99), max_size=40),
+    asked=st.lists(st.integers(0, 99), min_size=1, max_size=40),
+    variant=st.integers(0, 2),
+)
+def test_put_get_round_trip(shape, written, asked, variant) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ident = helpers.identity(shape=shape, num_samples=100)
+        with CacheStore(CacheConfig(Path(tmp), variants=3, max_bytes=8 << 20), ident) as store:
+            idx = np.array(sorted(written), dtype=np.int64)
+            assert store.put_batch(idx, variant, helpers.images(idx, variant, shape), helpers.labels(idx)) == idx.size
+            out = np.zeros((len(asked), *shape), np.uint8)
+            lab = np.full(len(asked), -1, np.int64)
+            found = store.get_batch(asked, variant, out, labels=lab)
+            assert found.tolist() == [i in written for i in asked]
+            for row, i in enumerate(asked):
+                if i in written:
+                    assert np.array_equal(out[row], helpers.image(i, variant, shape))
+                    assert lab[row] == helpers.label(i)
+                else:
+                    assert not out[row].any() and lab[row] == -1  # untouched
+            assert store.counts()[variant] == idx.size
+            assert store.completed(variant).nonzero()[0].tolist() == sorted(written)
+
+
+def test_partial_fill_serves_what_is_there(open_store: Opener) -> None:
+    store = open_store()
+    idx = np.arange(0, 100, 2)
+    store.put_batch(idx, 1, helpers.images(idx, 1), helpers.labels(idx))
+    asked = np.arange(100)
+    assert helpers.check_batch(store, asked, 1) == 50
+    assert helpers.check_batch(store, asked, 0) == 0  # other variant untouched
+    assert store.counts() == {0: 0, 1: 50}
+    assert store.stats.hits == 50 and store.stats.misses == 150
+
+
+def test_existing_records_are_kept(open_store: Opener) -> None:
+    store = open_store()
+    idx = np.arange(4)
+    assert store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx)) == 4
+    other = helpers.images(idx, 1)  # different bytes under the same keys
+    assert store.put_batch(idx, 0, other, helpers.labels(idx)) == 0
+    assert helpers.check_batch(store, idx, 0) == 4
+
+
+def test_bad_arguments_name_the_fix(open_store: Opener) -> None:
+    store = open_store()
+    idx = np.arange(2)
+    with pytest.raises(CacheError, match=r"images must be uint8 of shape \(2, 3, 16, 16\)"):
+        store.put_batch(idx, 0, np.zeros((2, 16, 16, 3), np.uint8), [0, 1])
+    with pytest.raises(CacheError, match="variant 5 is out of range 0..1"):
+        store.put_batch(idx, 5, helpers.images(idx, 0), [0, 1])
+    with pytest.raises(CacheError, match="out of range for a cache of 512 samples"):
+        store.put_batch(np.array([600]), 0, helpers.images(np.array([1]), 0), [0])
+    with pytest.raises(CacheError, match="out must be a C-contiguous uint8 array"):
+        store.get_batch(idx, 0, np.zeros((2, 3, 16, 16), np.float32))
+    with pytest.raises(CacheError, match="out must be"):
+        store.get_batch(idx, 0, np.zeros((1, 3, 16, 16), np.uint8))
+
+
+def test_reopen_sees_records_and_same_process_shares_env(tmp_path: Path, open_store: Opener) -> None:
+    a = open_store()
+    idx = np.arange(10)
+    a.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+    b = open_store()  # a second store on the same directory in one process
+    assert helpers.check_batch(b, idx, 0) == 10
+    a.close()
+    assert helpers.check_batch(b, idx, 0) == 10  # b still works after a closed
+    b.close()
+    with CacheStore.open_existing(tmp_path / "cache") as c:
+        assert c.counts() == {0: 10, 1: 0}
+        assert c.identity == helpers.identity()
+
+
+def test_stale_recipe_is_refused_then_rebuilt(open_store: Opener) -> None:
+    store = open_store()
+    idx = np.arange(8)
+    store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+    store.close()
+    changed = helpers.identity(recipe="recipe-v2")
+    with pytest.raises(StaleCacheError, match="recipe fingerprint: recipe-v1 -> recipe-v2") as info:
+        open_store(changed)
+    assert "rebuild=True" in str(info.value) and "--rebuild" in str(info.value)
+    assert "dataset" not in str(info.value)
+    assert len(info.value.changes) == 1
+    # refused: nothing was lost
+    with CacheStore.open_existing(store.path) as kept:
+        assert kept.count() == 8
+    rebuilt = open_store(changed, rebuild=True)
+    assert rebuilt.count() == 0
+    assert rebuilt.meta.identity.recipe_fingerprint == "recipe-v2"
+    rebuilt.close()
+    assert open_store(changed).count() == 0  # no longer stale; not rebuilt again
+
+
+def test_stale_dataset_names_the_changed_entries(open_store: Opener) -> None:
+    open_store().close()
+    changed = helpers.identity(dataset={"files": "f0", "sizes": "s1"}, num_samples=500)
+    with pytest.raises(StaleCacheError) as info:
+        open_store(changed)
+    text = str(info.value)
+    assert "dataset fingerprint: changed entries: sizes s0 -> s1" in text
+    assert "number of samples: 512 -> 500" in text
+    assert "recipe" not in text.split("(")[1].split(")")[0]
+    with pytest.raises(StaleCacheError, match=r"sample shape: \(3, 16, 16\) -> \(1, 16, 16\)"):
+        open_store(helpers.identity(shape=(1, 16, 16)))
+
+
+def test_max_bytes_bound_stops_admitting_without_raising(open_store: Opener) -> None:
+    shape = (3, 64, 64)  # 12 KiB records: 1 MiB holds a few dozen
+    store = open_store(helpers.identity(shape=shape), max_bytes=1 << 20)
+    written = 0
+    for start in range(0, 512, 16):
+        idx = np.arange(start, start + 16)
+        written += store.put_batch(idx, 0, helpers.images(idx, 0, shape), helpers.labels(idx))
+        if store.state is StoreState.FULL:
+            break
+    assert store.state is StoreState.FULL
+    assert 0 < written < 512
+    assert store.count() == written
+    # full: further writes are not attempted, serving goes on, nothing raised
+    idx = np.arange(500, 512)
+    assert store.put_batch(idx, 1, helpers.images(idx, 1, shape), helpers.labels(idx)) == 0
+    assert helpers.check_batch(store, np.arange(written), 0) == written
+    info = store.info()
+    assert info.full and info.file_bytes <= 1 << 20
+
+
+def test_map_full_never_escapes_the_background_filler(open_store: Opener) -> None:
+    shape = (3, 64, 64)
+    store = open_store(helpers.identity(shape=shape), max_bytes=1 << 20, fill_queue=64)
+    filler = CacheFiller(store)
+    for start in range(0, 512, 16):
+        idx = np.arange(start, start + 16)
+        filler.submit(idx, 0, helpers.images(idx, 0, shape), helpers.labels(idx))
+    filler.close()
+    assert filler.error is None
+    assert store.state is StoreState.FULL
+    assert filler.stats.written == store.count() > 0
+    assert filler.submit(np.arange(2), 1, helpers.images(np.arange(2), 1, shape), [0, 1]) is False
+
+
+def test_store_pickles_without_its_environment(open_store: Opener) -> None:
+    store = open_store(rebuild=True)
+    idx = np.arange(5)
+    store.put_batch(idx, 1, helpers.images(idx, 1), helpers.labels(idx))
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone.config.rebuild is False  # an unpickled copy never clears the cache
+    assert helpers.check_batch(clone, idx, 1) == 5
+    clone.close()
