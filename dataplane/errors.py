@@ -34,3 +34,12 @@ class DataError(DataplaneError):
         super().__init__(message)
         self.index = index
         self.path = path
+
+
+class PipelineError(DataplaneError):
+    """The DALI pipeline failed for a reason no single sample explains, or a recipe
+    produced output of the wrong shape or type."""
+
+
+class CorruptSampleWarning(UserWarning):
+    """Corrupt or unreadable samples were skipped in an epoch (``on_corrupt="skip"``)."""

@@ -1,0 +1,460 @@
+"""The default :class:`~dataplane.producer.BatchProducer`: fresh samples through DALI.
+
+Encoded bytes are read from the source in the planned order and handed to the
+recipe's DALI pipeline through a batched ``fn.external_source`` callback, so the
+order, shard and resume position are exactly the plan's.
+
+Threads and memory
+------------------
+One worker thread (``dataplane-producer``) drives the pipeline: it reads the
+bytes of batch ``k+1`` and starts DALI on it, copies batch ``k`` out of DALI into
+a torch tensor, and puts it on a queue of at most ``prefetch`` finished batches.
+On the CPU, DALI itself runs one batch at a time (``prefetch_queue_depth=1``):
+with deeper DALI queues a decode failure can crash the process (observed with
+DALI 2.4's CPU decoders on corrupt PNGs), and the worker thread gives nearly the
+same overlap. On CUDA, DALI's queue is ``prefetch`` deep, since mixed decode
+needs its CPU and GPU stages to overlap (about 5x the throughput of depth 1 on an
+H100). At most ``2 * prefetch + 1`` batches are held at once.
+
+A pipeline that ran to the end of a pass is kept in ``context.state`` and reused
+by the next pass of the same loader (building one takes seconds with GPU
+decoders); one stopped early or failed is released. Augmentation randomness
+therefore continues from pass to pass: batch order and content follow the plan
+exactly, while the random crops of a resumed run differ from the original's.
+:meth:`DaliBatchProducer.close` (also run when the consumer stops early or is
+garbage-collected) stops and joins the worker, which releases its threads.
+
+On failure
+----------
+Each sample's structure is checked before it reaches DALI
+(:func:`dataplane.validate.check_encoded`, once per sample and loader); a sample
+failing the check is corrupt. Should DALI still fail, it reports a decode
+failure for a whole batch and the pipeline becomes unusable. The producer then
+decodes the failed batch's samples one by one with a one-sample pipeline to
+find the culprit(s): under ``OnCorrupt.RAISE`` it raises
+:class:`~dataplane.errors.DataError` naming the first one (index and file);
+under ``OnCorrupt.SKIP`` it leaves them out, rebuilds the pipeline and resumes at
+the failed batch. A failure that no single sample explains is re-raised as
+:class:`~dataplane.errors.PipelineError`. A file that cannot be read (``OSError``)
+is treated like a corrupt sample. Nothing is ever written to the source.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dataplane.errors import DataError, PipelineError
+from dataplane.producer import (
+    BatchRequest,
+    OnCorrupt,
+    ProducedBatch,
+    ProducerContext,
+    SkippedSample,
+)
+from dataplane.validate import check_encoded
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+
+def _dali_reason(exc: BaseException) -> str:
+    """The informative line of a DALI error message."""
+    text = str(exc)
+    for pattern in (r"nvImageCodec failure[^\n]*", r"Error in [^\n]*", r"[^\n]*[Ee]rror[^\n]*"):
+        match = re.search(pattern, text)
+        if match:
+            return match.group(0).strip()
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+class _Feeder:
+    """``external_source`` callback: encoded bytes of the planned batches, in order."""
+
+    def __init__(
+        self,
+        context: ProducerContext,
+        requests: Sequence[BatchRequest],
+        start: int,
+        excluded: dict[int, SkippedSample],
+    ) -> None:
+        self._source = context.source
+        self._on_corrupt = context.on_corrupt
+        self._requests = requests
+        self._next = start
+        self._excluded = excluded
+        self._checked = context.checked
+        #: (request number, indices) of batches handed to DALI, not yet returned.
+        self.in_flight: collections.deque[tuple[int, np.ndarray]] = collections.deque()
+        #: First corrupt sample per request number (raised when that batch is due).
+        self.read_errors: dict[int, DataError] = {}
+
+    def __call__(self) -> list[np.ndarray]:
+        while self._next < len(self._requests):
+            k = self._next
+            self._next += 1
+            indices: list[int] = []
+            data: list[np.ndarray] = []
+            for i in self._requests[k].indices.tolist():
+                if i in self._excluded:
+                    continue
+                try:
+                    raw = self._source.read(i)
+                    reason = None
+                    if self._checked is None or not self._checked[i]:
+                        reason = check_encoded(raw)
+                        if reason is None and self._checked is not None:
+                            self._checked[i] = True
+                except OSError as exc:
+                    raw, reason = b"", f"unreadable: {exc}"
+                if reason is not None:
+                    path = self._source.describe(i)
+                    if self._on_corrupt is OnCorrupt.RAISE:
+                        verb = "read" if reason.startswith("unreadable") else "decode"
+                        self.read_errors.setdefault(
+                            k,
+                            DataError(
+                                f"cannot {verb} sample {i} ({path}): {reason}. Fix or remove "
+                                "the file, or pass on_corrupt='skip' to skip and count corrupt "
+                                "samples",
+                                index=i,
+                                path=path,
+                            ),
+                        )
+                    else:
+                        self._excluded[i] = SkippedSample(i, path, reason)
+                    continue
+                indices.append(i)
+                data.append(np.frombuffer(raw, dtype=np.uint8))
+            if data:
+                self.in_flight.append((k, np.asarray(indices, dtype=np.int64)))
+                return data
+        raise StopIteration
+
+
+class _SourceSlot:
+    """The pipeline's ``external_source`` callback, re-pointed at each pass's feeder
+    so that a built pipeline can serve several passes."""
+
+    def __init__(self) -> None:
+        self.feeder: _Feeder | None = None
+
+    def __call__(self) -> list[np.ndarray]:
+        if self.feeder is None:
+            raise StopIteration
+        return self.feeder()
+
+
+class _Failure:
+    """An exception raised in the worker, to re-raise in the consumer."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+class DaliBatchProducer:
+    """Produces batches with the recipe's DALI pipeline (see module docs).
+
+    Parameters
+    ----------
+    context : ProducerContext
+        Source, recipe, device, threads, prefetch depth, seed, corrupt policy.
+    requests : sequence of BatchRequest
+        The batches to produce, in order.
+    """
+
+    def __init__(self, context: ProducerContext, requests: Sequence[BatchRequest]) -> None:
+        self._ctx = context
+        self._requests = list(requests)
+        self._excluded: dict[int, SkippedSample] = {}
+        self._pipe: Any = None
+        self._probe: Any = None
+        self._rebuilds = 0
+        self._stop = threading.Event()
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, context.prefetch))
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the worker and release the pipelines (DALI's threads). Idempotent."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            while thread.is_alive():
+                self._drain()
+                thread.join(timeout=0.05)
+            self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[ProducedBatch]:
+        if self._thread is not None:
+            raise RuntimeError("a DaliBatchProducer iterates once; create a new one")
+        self._thread = threading.Thread(target=self._work, name="dataplane-producer", daemon=True)
+        self._thread.start()
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.error
+                yield item
+        finally:
+            self.close()
+
+    def _put(self, item: Any) -> bool:
+        """Queue ``item`` for the consumer; False if asked to stop meanwhile."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _work(self) -> None:
+        try:
+            for batch in self._produce():
+                if not self._put(batch):
+                    return
+            self._put(_DONE)
+        except BaseException as exc:  # handed to the consumer, re-raised there
+            self._put(_Failure(exc))
+        finally:
+            self._pipe = None
+            self._probe = None
+
+    def _build(self, batch_size: int, source: Any, prefetch: int, seed: int) -> Any:
+        from preprocessing import build_pipeline
+
+        return build_pipeline(
+            self._ctx.recipe,
+            device=self._ctx.device,
+            batch_size=batch_size,
+            num_threads=self._ctx.num_threads,
+            seed=seed,
+            source=source,
+            prefetch_queue_depth=prefetch,
+            device_id=self._ctx.device_id,
+        )
+
+    def _dali_depth(self) -> int:
+        """DALI's own queue depth: 1 on the CPU (see module docs), ``prefetch`` on CUDA,
+        where mixed decode needs its CPU and GPU stages to overlap."""
+        from preprocessing import Device
+
+        return 1 if self._ctx.device is Device.CPU else max(1, self._ctx.prefetch)
+
+    # -- conversion ------------------------------------------------------------------
+    def _to_torch(self, output: Any) -> torch.Tensor:
+        import torch
+        from nvidia.dali.plugin.pytorch import feed_ndarray
+
+        try:
+            tensor = output.as_tensor()
+        except RuntimeError as exc:
+            raise PipelineError(
+                f"recipe {self._ctx.recipe.name!r} produced images of different shapes; a "
+                f"recipe must output uint8 (channels, size, size) = ({self._ctx.recipe.channels}, "
+                f"{self._ctx.recipe.size}, {self._ctx.recipe.size}) for every sample: {exc}"
+            ) from exc
+        r = self._ctx.recipe
+        shape = tuple(tensor.shape())
+        if len(shape) != 4 or shape[1:] != (r.channels, r.size, r.size):
+            raise PipelineError(
+                f"recipe {r.name!r} produced images of shape {shape[1:]}; expected uint8 "
+                f"({r.channels}, {r.size}, {r.size}) in CHW layout"
+            )
+        # Copy into torch-owned memory at once (DALI's own copy, as its PyTorch iterator
+        # does): a zero-copy DLPack view is not safe once the pipeline has failed
+        # asynchronously on a later batch.
+        if self._ctx.device_id is not None:
+            # No stream given: a blocking copy, complete when the batch is queued.
+            images = torch.empty(shape, dtype=torch.uint8, device=f"cuda:{self._ctx.device_id}")
+            feed_ndarray(tensor, images)
+        else:
+            images = torch.empty(shape, dtype=torch.uint8)
+            feed_ndarray(tensor, images)
+        r = self._ctx.recipe
+        return images
+
+    def _empty(self) -> torch.Tensor:
+        import torch
+
+        r = self._ctx.recipe
+        device = "cpu" if self._ctx.device_id is None else f"cuda:{self._ctx.device_id}"
+        return torch.empty((0, r.channels, r.size, r.size), dtype=torch.uint8, device=device)
+
+    # -- failure diagnosis -------------------------------------------------------------
+    def _probe_one(self, index: int) -> str | None:
+        """Run sample ``index`` alone through the recipe; the failure reason, or None."""
+        from preprocessing import INPUT_NAME
+
+        try:
+            raw = self._ctx.source.read(index)
+        except OSError as exc:
+            return f"unreadable: {exc}"
+        if self._probe is None:
+            self._probe = self._build(1, None, 1, self._ctx.seed)
+        try:
+            self._probe.feed_input(INPUT_NAME, [np.frombuffer(raw, dtype=np.uint8)])
+            out = self._probe.run()
+            out[0].as_tensor()
+        except RuntimeError as exc:
+            self._probe = None  # a failed DALI pipeline cannot be reused
+            return _dali_reason(exc)
+        return None
+
+    def _diagnose(self, suspects: list[tuple[int, np.ndarray]], error: BaseException) -> None:
+        """Find the corrupt samples among ``suspects``; raise or exclude them."""
+        found = False
+        for _, indices in suspects:
+            for i in indices.tolist():
+                reason = self._probe_one(i)
+                if reason is None:
+                    continue
+                found = True
+                path = self._ctx.source.describe(i)
+                if self._ctx.on_corrupt is OnCorrupt.RAISE:
+                    raise DataError(
+                        f"cannot decode sample {i} ({path}): {reason}. Fix or remove the file, "
+                        "or pass on_corrupt='skip' to skip and count corrupt samples",
+                        index=i,
+                        path=path,
+                    ) from error
+                self._excluded[i] = SkippedSample(i, path, reason)
+                logger.info("skipping corrupt sample %d (%s): %s", i, path, reason)
+            if found:
+                return
+        raise PipelineError(
+            f"the DALI pipeline of recipe {self._ctx.recipe.name!r} failed and no single "
+            f"sample explains it: {_dali_reason(error)}"
+        ) from error
+
+    # -- iteration ---------------------------------------------------------------------
+    def _produce(self) -> Iterator[ProducedBatch]:
+        """The batches, in order (runs in the worker thread)."""
+        delivered = 0  # requests delivered so far
+        reported: set[int] = set()
+        while delivered < len(self._requests) and not self._stop.is_set():
+            feeder = _Feeder(self._ctx, self._requests, delivered, self._excluded)
+            self._pipe, slot = self._take_pipeline()
+            slot.feeder = feeder
+            finished = False
+            try:
+                self._pipe.schedule_run()
+                while not self._stop.is_set():
+                    try:
+                        outputs = self._pipe.outputs()
+                    except StopIteration:
+                        finished = True
+                        break
+                    k, indices = feeder.in_flight.popleft()
+                    # Copy out and drop DALI's buffers *before* starting the next batch:
+                    # a failing DALI iteration must find no output of ours still in use.
+                    images = self._to_torch(outputs[0])
+                    del outputs
+                    self._pipe.schedule_run()
+                    while delivered <= k:
+                        if delivered in feeder.read_errors:
+                            raise feeder.read_errors[delivered]
+                        yield self._batch(delivered, images, indices, k, reported)
+                        delivered += 1
+                # Requests after the last non-empty one were entirely skipped.
+                while delivered < len(self._requests) and not self._stop.is_set():
+                    if delivered in feeder.read_errors:
+                        raise feeder.read_errors[delivered]
+                    yield self._batch(delivered, None, None, -1, reported)
+                    delivered += 1
+                if finished:
+                    self._return_pipeline(self._pipe, slot)
+            except RuntimeError as exc:
+                suspects = list(feeder.in_flight)
+                self._pipe = None
+                self._rebuilds += 1
+                if not suspects:
+                    raise PipelineError(
+                        f"the DALI pipeline of recipe {self._ctx.recipe.name!r} failed: "
+                        f"{_dali_reason(exc)}"
+                    ) from exc
+                self._diagnose(suspects, exc)
+                # Resume at the first request not yet delivered, corrupt samples excluded.
+            finally:
+                slot.feeder = None
+                self._pipe = None
+
+    # -- pipeline reuse ------------------------------------------------------------------
+    def _pipeline_key(self) -> tuple[Any, ...]:
+        c = self._ctx
+        return (
+            "dali",
+            c.recipe.fingerprint(),
+            c.device.value,
+            c.device_id,
+            c.batch_size,
+            c.num_threads,
+            self._dali_depth(),
+        )
+
+    def _take_pipeline(self) -> tuple[Any, _SourceSlot]:
+        """A built pipeline: the one a previous pass left in ``context.state``, or a new one."""
+        cached = None
+        if self._ctx.state is not None:
+            cached = self._ctx.state.pop(self._pipeline_key(), None)
+        if cached is not None and self._rebuilds == 0:
+            return cached
+        slot = _SourceSlot()
+        seed = self._ctx.seed + 7919 * self._rebuilds
+        return self._build(self._ctx.batch_size, slot, self._dali_depth(), seed), slot
+
+    def _return_pipeline(self, pipe: Any, slot: _SourceSlot) -> None:
+        """Keep a pipeline that ran to its end for the next pass (building one is slow,
+        seconds with GPU decoders)."""
+        if self._ctx.state is None:
+            return
+        pipe.reset()
+        slot.feeder = None
+        self._ctx.state[self._pipeline_key()] = (pipe, slot)
+
+    def _batch(
+        self,
+        position: int,
+        images: torch.Tensor | None,
+        indices: np.ndarray | None,
+        produced_at: int,
+        reported: set[int],
+    ) -> ProducedBatch:
+        request = self._requests[position]
+        skipped = tuple(
+            self._excluded[i]
+            for i in request.indices.tolist()
+            if i in self._excluded and i not in reported
+        )
+        reported.update(s.index for s in skipped)
+        if position != produced_at or images is None or indices is None:
+            # Every sample of this request was skipped.
+            return ProducedBatch(
+                request.position, self._empty(), np.empty(0, dtype=np.int64), skipped
+            )
+        return ProducedBatch(request.position, images, indices, skipped)

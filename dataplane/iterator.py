@@ -1,0 +1,137 @@
+"""One pass over an epoch: produced uint8 batches -> normalized tensors + labels.
+
+:class:`LoaderIterator` is what ``iter(loader)`` returns. It pulls
+:class:`~dataplane.producer.ProducedBatch` from a producer, normalizes the images
+on the target device, attaches labels, advances the loader's cursor after each
+batch, and reports the epoch's counts at the end. It stops cleanly when
+:meth:`close` is called or when it is garbage-collected (a ``for`` loop left
+with ``break``): the producer's threads are released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dataplane.errors import CorruptSampleWarning
+from dataplane.producer import BatchProducer, ProducedBatch
+from dataplane.stats import EpochStats
+
+if TYPE_CHECKING:
+    import torch
+
+    from preprocessing import Recipe
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Cursor:
+    """Where the loader stands: the epoch, and the next batch to yield in it."""
+
+    epoch: int = 0
+    position: int = 0
+
+
+class LoaderIterator:
+    """Iterator over the remaining batches of one epoch (see module docs).
+
+    Parameters
+    ----------
+    producer : BatchProducer
+        Yields the epoch's batches in order.
+    cursor : Cursor
+        The loader's position, advanced after each batch.
+    recipe : Recipe
+        Supplies mean/std for normalization.
+    labels : numpy.ndarray
+        Label of every source index (int64).
+    device : torch.device
+        Where images and labels are returned.
+    on_end : callable
+        Called with the :class:`EpochStats` when the epoch is complete.
+    """
+
+    def __init__(
+        self,
+        producer: BatchProducer,
+        *,
+        cursor: Cursor,
+        recipe: Recipe,
+        labels: np.ndarray,
+        device: torch.device,
+        on_end: Callable[[EpochStats], None],
+    ) -> None:
+        self._producer = producer
+        self._batches: Iterator[ProducedBatch] | None = iter(producer)
+        self._cursor = cursor
+        self._recipe = recipe
+        self._labels = labels
+        self._device = device
+        self._on_end = on_end
+        self._stats = EpochStats(epoch=cursor.epoch)
+        self._started: float | None = None
+
+    def __iter__(self) -> LoaderIterator:
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        from preprocessing import normalize
+
+        if self._batches is None:
+            raise StopIteration
+        if self._started is None:
+            self._started = time.perf_counter()
+        try:
+            produced = next(self._batches)
+        except StopIteration:
+            self._finish()
+            raise
+        except BaseException:
+            self.close()
+            raise
+        images = normalize(produced.images, self._recipe)
+        labels = torch.from_numpy(self._labels[produced.indices])
+        if self._device.type != "cpu":
+            labels = labels.to(self._device, non_blocking=True)
+        self._stats.batches += 1
+        self._stats.samples += int(images.shape[0])
+        self._stats.skipped.extend(produced.skipped)
+        self._cursor.position = produced.position + 1
+        return images, labels
+
+    def _finish(self) -> None:
+        stats = self._stats
+        stats.seconds = time.perf_counter() - (self._started or time.perf_counter())
+        stats.complete = True
+        self.close()
+        if stats.skipped:
+            shown = ", ".join(f"{s.index} ({s.path})" for s in stats.skipped[:3])
+            more = f" and {stats.num_skipped - 3} more" if stats.num_skipped > 3 else ""
+            message = (
+                f"skipped {stats.num_skipped} corrupt or unreadable sample(s) in epoch "
+                f"{stats.epoch}: {shown}{more}; see loader.last_epoch_stats.skipped"
+            )
+            logger.warning(message)
+            warnings.warn(message, CorruptSampleWarning, stacklevel=3)
+        self._on_end(stats)
+
+    def close(self) -> None:
+        """Stop: release the producer (and its threads). Idempotent."""
+        batches, self._batches = self._batches, None
+        if batches is not None:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+            self._producer.close()
+
+    def __del__(self) -> None:
+        self.close()

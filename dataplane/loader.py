@@ -1,0 +1,383 @@
+"""``Loader``: a drop-in replacement for ``torch.utils.data.DataLoader`` built on DALI.
+
+Structure: :class:`~dataplane.config.LoaderConfig` (validated options) ->
+:class:`~dataplane.plan.EpochPlan` (order, shard, batches) ->
+:class:`~dataplane.iterator.LoaderIterator` (one pass, fed by a
+:class:`~dataplane.producer.BatchProducer`).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xxhash
+
+from dataplane.config import LoaderConfig
+from dataplane.errors import ConfigError, DatasetError
+from dataplane.iterator import Cursor, LoaderIterator
+from dataplane.plan import EpochPlan, LastBatchPolicy
+from dataplane.producer import BatchRequest, OnCorrupt, ProducerContext, ProducerFactory
+from dataplane.sources import FileListSource, Source, open_source
+from dataplane.stats import EpochStats
+
+if TYPE_CHECKING:
+
+    from preprocessing import Device, Recipe
+
+logger = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+
+
+def _as_source(data: Any) -> Source:
+    if isinstance(data, str | os.PathLike):
+        return open_source(data)
+    if isinstance(data, Source):
+        return data
+    if isinstance(data, Sequence) and not isinstance(data, str | bytes):
+        return FileListSource(data)
+    raise ConfigError(
+        f"data must be a dataset path, a dataplane.sources.Source or a list of (path, label), "
+        f"not {type(data).__name__}"
+    )
+
+
+def _infer_image_shape(source: Source) -> tuple[int, int]:
+    """(size, channels) of the first readable sample: shorter side, 1 if grayscale else 3."""
+    from PIL import Image, UnidentifiedImageError
+
+    for index in range(min(len(source), 16)):
+        try:
+            with Image.open(io.BytesIO(source.read(index))) as image:
+                width, height = image.size
+                channels = 1 if image.mode in ("1", "L", "I", "I;16", "F") else 3
+                return min(width, height), channels
+        except (OSError, UnidentifiedImageError, ValueError):
+            continue
+    raise DatasetError(
+        "cannot infer the image size from the first samples (unreadable); pass size= and "
+        "channels= to the Loader"
+    )
+
+
+class Loader:
+    """Iterate a labelled image dataset as normalized torch batches, decoded by DALI.
+
+    Parameters
+    ----------
+    data : path, Source or list of (path, label)
+        An image folder (one sub-folder per class), a Parquet file or folder
+        (columns ``image``, ``label``), a :class:`~dataplane.sources.Source`, or a
+        list of ``(path, label)``.
+    batch_size : int
+        Samples per batch (per rank).
+    recipe : str or preprocessing.Recipe
+        ``"train"``, ``"eval"``, a custom registered name, or a Recipe.
+    size : int, optional
+        Output side in pixels. Default: the recipe's size for a Recipe, else the
+        shorter side of the dataset's first image.
+    channels : {1, 3}, optional
+        Output channels. Default: the recipe's for a Recipe, else 1 for a
+        grayscale dataset and 3 otherwise.
+    shuffle : bool
+        A new order every epoch, from ``(seed, epoch)``.
+    seed : int
+        Seed of the order and of augmentation (same on all ranks).
+    last_batch : LastBatchPolicy or {"drop", "partial", "pad"}
+        Handling of the last incomplete batch; see :mod:`dataplane.plan`.
+    device : {"cpu", "cuda"} or None
+        ``"cpu"``: DALI CPU-only, CPU tensors. ``"cuda"``: GPU decode, CUDA
+        tensors on torch's current device. ``None``: CUDA when available.
+    rank, world_size : int, optional
+        This process's shard. Default: from ``torch.distributed`` when a process
+        group is initialised, else one shard.
+    num_threads : int, optional
+        DALI worker threads (default: cores available to this process).
+    prefetch : int
+        Batches prepared ahead of the training loop (bounds memory).
+    on_corrupt : {"raise", "skip"}
+        A corrupt or unreadable image raises ``DataError`` (naming index and file)
+        or is skipped, counted in :attr:`last_epoch_stats` and reported with a
+        ``CorruptSampleWarning`` at epoch end.
+    producer : callable, optional
+        Advanced: a :data:`~dataplane.producer.ProducerFactory` replacing the
+        default DALI producer (e.g. a cache-backed one).
+
+    Raises
+    ------
+    ConfigError
+        For an option of the wrong type or value (the message names the fix).
+    DatasetError
+        For a missing or empty dataset or labels out of range.
+
+    Examples
+    --------
+    >>> train = Loader("data/fmnist/train", batch_size=256, recipe="train", shuffle=True)
+    >>> for epoch in range(10):                                      # doctest: +SKIP
+    ...     train.set_epoch(epoch)
+    ...     for images, labels in train:   # float32 NCHW normalized, int64
+    ...         ...
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        *,
+        batch_size: int = 256,
+        recipe: str | Recipe = "train",
+        size: int | None = None,
+        channels: int | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        last_batch: LastBatchPolicy | str = LastBatchPolicy.PARTIAL,
+        device: Device | str | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        num_threads: int | None = None,
+        prefetch: int = 2,
+        on_corrupt: OnCorrupt | str = OnCorrupt.RAISE,
+        producer: ProducerFactory | None = None,
+    ) -> None:
+        import torch
+
+        from preprocessing import PreprocessingError, Recipe, make_recipe, resolve_device
+
+        self.config = LoaderConfig.create(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            last_batch=last_batch,
+            rank=rank,
+            world_size=world_size,
+            num_threads=num_threads,
+            prefetch=prefetch,
+            on_corrupt=on_corrupt,
+            producer=producer,
+        )
+        if not isinstance(recipe, str | Recipe):
+            raise ConfigError(
+                f"recipe must be a name ('train', 'eval', or a registered custom recipe) or a "
+                f"preprocessing.Recipe, not {type(recipe).__name__}"
+            )
+        for name, value in (("size", size), ("channels", channels)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"{name} must be an int or None, not {value!r}")
+        self.source: Source = _as_source(data)
+        n = len(self.source)
+        if n == 0:
+            raise DatasetError(
+                f"the dataset {self.source!r} is empty; it needs at least one sample"
+            )
+        try:
+            if isinstance(recipe, str) and (size is None or channels is None):
+                inferred_size, inferred_channels = _infer_image_shape(self.source)
+                size = inferred_size if size is None else size
+                channels = inferred_channels if channels is None else channels
+            self.recipe: Recipe = make_recipe(recipe, size=size, channels=channels)
+            self.device: Device = resolve_device(device)
+        except PreprocessingError as exc:
+            raise ConfigError(str(exc)) from exc
+        self._labels = self._load_labels()
+        self.plan = EpochPlan(
+            num_samples=n,
+            batch_size=self.config.batch_size,
+            shuffle=self.config.shuffle,
+            seed=self.config.seed,
+            rank=self.config.rank,
+            world_size=self.config.world_size,
+            last_batch=self.config.last_batch,
+        )
+        if self.device.value == "cuda":
+            self._device_id: int | None = torch.cuda.current_device()
+            self.torch_device = torch.device("cuda", self._device_id)
+        else:
+            self._device_id = None
+            self.torch_device = torch.device("cpu")
+        self._checked = np.zeros(n, dtype=bool)
+        self._producer_state: dict[Any, Any] = {}
+        self._cursor = Cursor()
+        self._resume: tuple[int, int] | None = None
+        self._active: weakref.ReferenceType[LoaderIterator] | None = None
+        #: Counts of the last completed epoch (``None`` before the first).
+        self.last_epoch_stats: EpochStats | None = None
+
+    def _load_labels(self) -> np.ndarray:
+        labels_fn = getattr(self.source, "labels", None)
+        if callable(labels_fn):
+            labels = np.asarray(labels_fn(), dtype=np.int64)
+        else:
+            labels = np.fromiter(
+                (self.source.label(i) for i in range(len(self.source))),
+                dtype=np.int64,
+                count=len(self.source),
+            )
+        num_classes = int(self.source.num_classes)
+        bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
+        if bad.size:
+            i = int(bad[0])
+            raise DatasetError(
+                f"label {int(labels[i])} of sample {i} ({self.source.describe(i)}) is out of "
+                f"range 0..{num_classes - 1} ({bad.size} bad label(s)); fix the labels or the "
+                "source's num_classes"
+            )
+        return labels
+
+    # -- sizes and epochs ------------------------------------------------------------
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return len(self.plan)
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch."""
+        return self.config.batch_size
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration covers."""
+        return self._cursor.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch of the next iteration (its order when shuffling).
+
+        A position loaded with :meth:`load_state_dict` is kept when ``epoch`` is
+        the loaded epoch and dropped otherwise. Without calls to ``set_epoch`` the
+        epoch advances by one after each complete pass.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ConfigError(f"epoch must be a non-negative int, not {epoch!r}")
+        self._close_active()
+        if self._resume is not None and self._resume[0] != epoch:
+            self._resume = None
+        self._cursor.epoch = epoch
+        self._cursor.position = self._resume[1] if self._resume is not None else 0
+
+    # -- resume ----------------------------------------------------------------------
+    def _identity(self) -> dict[str, Any]:
+        return {
+            "num_samples": self.plan.num_samples,
+            "batch_size": self.plan.batch_size,
+            "shuffle": self.plan.shuffle,
+            "seed": self.plan.seed,
+            "rank": self.plan.rank,
+            "world_size": self.plan.world_size,
+            "last_batch": self.plan.last_batch.value,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position: epoch and number of batches already yielded in it.
+
+        Save it with the model checkpoint; :meth:`load_state_dict` on a loader
+        with the same settings resumes with exactly the remaining batches.
+        """
+        return {
+            "version": STATE_VERSION,
+            "epoch": self._cursor.epoch,
+            "batches_done": self._cursor.position,
+            **self._identity(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the next iteration yields the remaining batches.
+
+        Raises
+        ------
+        ConfigError
+            If ``state`` is malformed or was saved by a loader with other settings
+            (dataset size, batch size, shuffle, seed, shard or last-batch policy).
+        """
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ConfigError(
+                f"not a dataplane Loader state (version {STATE_VERSION}); pass what "
+                "Loader.state_dict() returned"
+            )
+        for key, value in self._identity().items():
+            if state.get(key) != value:
+                raise ConfigError(
+                    f"cannot resume: the state was saved with {key}={state.get(key)!r} but this "
+                    f"loader has {key}={value!r}; build the loader with the same settings"
+                )
+        epoch, done = state.get("epoch"), state.get("batches_done")
+        if not isinstance(epoch, int) or not isinstance(done, int) or not 0 <= done <= len(self):
+            raise ConfigError(f"malformed loader state: epoch={epoch!r}, batches_done={done!r}")
+        self._close_active()
+        self._resume = (epoch, done)
+        self._cursor.epoch = epoch
+        self._cursor.position = done
+
+    # -- iteration -------------------------------------------------------------------
+    def _close_active(self) -> None:
+        active = self._active() if self._active is not None else None
+        if active is not None:
+            active.close()
+        self._active = None
+
+    def _augmentation_seed(self, epoch: int, start: int) -> int:
+        key = f"{self.plan.seed}:{epoch}:{self.plan.rank}:{start}".encode()
+        return xxhash.xxh64_intdigest(key) % (2**31 - 1)
+
+    def __iter__(self) -> LoaderIterator:
+        """A pass over the current epoch, from the resume position if one was loaded."""
+        from dataplane.dali_producer import DaliBatchProducer
+
+        self._close_active()
+        epoch = self._cursor.epoch
+        if self._resume is not None and self._resume[0] == epoch:
+            start = self._resume[1]
+        else:
+            start = 0
+        self._resume = None
+        self._cursor.position = start
+        requests = [
+            BatchRequest(k, indices)
+            for k, indices in enumerate(self.plan.batches(epoch, start), start)
+        ]
+        context = ProducerContext(
+            source=self.source,
+            recipe=self.recipe,
+            device=self.device,
+            device_id=self._device_id,
+            batch_size=self.config.batch_size,
+            num_threads=self.config.num_threads,
+            prefetch=self.config.prefetch,
+            seed=self._augmentation_seed(epoch, start),
+            epoch=epoch,
+            on_corrupt=self.config.on_corrupt,
+            checked=self._checked,
+            state=self._producer_state,
+        )
+        factory = self.config.producer or DaliBatchProducer
+        iterator = LoaderIterator(
+            factory(context, requests),
+            cursor=self._cursor,
+            recipe=self.recipe,
+            labels=self._labels,
+            device=self.torch_device,
+            on_end=self._end_epoch,
+        )
+        self._active = weakref.ref(iterator)
+        return iterator
+
+    def _end_epoch(self, stats: EpochStats) -> None:
+        self.last_epoch_stats = stats
+        if self._cursor.epoch == stats.epoch:
+            self._cursor.epoch = stats.epoch + 1
+            self._cursor.position = 0
+
+    def close(self) -> None:
+        """Stop the current pass, if any, and release its threads and kept pipelines."""
+        self._close_active()
+        self._producer_state.clear()
+
+    def __repr__(self) -> str:
+        return (
+            f"Loader({self.source!r}, batch_size={self.batch_size}, recipe={self.recipe.name!r}, "
+            f"size={self.recipe.size}, device={self.device.value!r}, "
+            f"shard={self.plan.rank}/{self.plan.world_size}, batches={len(self)})"
+        )

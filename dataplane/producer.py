@@ -1,0 +1,155 @@
+"""The seam where a batch's samples are produced.
+
+The loader turns its epoch plan into a sequence of :class:`BatchRequest` and asks
+a :class:`BatchProducer` for the augmented uint8 images of each, in order. The
+default producer runs the recipe's DALI pipeline on freshly read bytes
+(:class:`dataplane.dali_producer.DaliBatchProducer`); another producer (for
+example one serving augmented samples from a cache and falling back to DALI on
+misses) plugs in through a :data:`ProducerFactory` given to the loader.
+
+Lifecycle
+---------
+1. ``factory(context, requests)`` creates a producer for one pass over
+   ``requests`` (one epoch, or the rest of one after a resume).
+2. Iterating it yields one :class:`ProducedBatch` per request, **in order**,
+   with ``position`` equal to the request's. It may work ahead by at most
+   ``context.prefetch`` batches.
+3. ``close()`` releases threads and memory; it is called when the pass ends or
+   the consumer stops early, and must be idempotent.
+
+Failure contract: a sample that cannot be read or decoded raises
+:class:`dataplane.errors.DataError` (naming index and file) under
+``OnCorrupt.RAISE``; under ``OnCorrupt.SKIP`` it is left out of its batch and
+listed in :attr:`ProducedBatch.skipped`. Other failures raise
+:class:`dataplane.errors.DataplaneError` subclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from dataplane.sources import Source
+    from preprocessing import Device, Recipe
+
+
+class OnCorrupt(str, enum.Enum):
+    """What to do with a sample that cannot be read or decoded."""
+
+    RAISE = "raise"
+    SKIP = "skip"
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchRequest:
+    """One planned batch.
+
+    Attributes
+    ----------
+    position : int
+        Batch number within the epoch.
+    indices : numpy.ndarray
+        Source indices of the batch's samples (int64), in order.
+    """
+
+    position: int
+    indices: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedSample:
+    """A sample left out under ``OnCorrupt.SKIP``."""
+
+    index: int
+    path: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ProducedBatch:
+    """Augmented images of one request.
+
+    Attributes
+    ----------
+    position : int
+        The request's position.
+    images : torch.Tensor
+        uint8, ``(n, channels, size, size)``, on the target device.
+    indices : numpy.ndarray
+        Source index of each row of ``images`` (the request's indices minus
+        skipped samples).
+    skipped : tuple of SkippedSample
+        Samples of the request that were skipped.
+    """
+
+    position: int
+    images: torch.Tensor
+    indices: np.ndarray
+    skipped: tuple[SkippedSample, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ProducerContext:
+    """Everything a producer needs for one pass.
+
+    Attributes
+    ----------
+    source : Source
+        Where encoded bytes come from.
+    recipe : Recipe
+        The augmentation to apply.
+    device : Device
+        Where the pipeline runs; images are returned on this device.
+    device_id : int or None
+        CUDA device index (None on CPU).
+    batch_size : int
+        Largest batch, in samples.
+    num_threads : int
+        CPU worker threads the producer may use.
+    prefetch : int
+        Batches the producer may prepare ahead of the consumer.
+    seed : int
+        Seed of this pass's augmentation randomness.
+    epoch : int
+        The epoch being produced.
+    on_corrupt : OnCorrupt
+        Corrupt-sample policy.
+    state : dict or None
+        Scratch space kept by the loader across its passes, where a producer may
+        keep expensive objects (e.g. a built pipeline) for the next pass.
+    checked : numpy.ndarray or None
+        One flag per source index, set once the sample passed the structural
+        check of :mod:`dataplane.validate`; shared across passes of a loader so
+        each sample is checked once. ``None``: check every time.
+    """
+
+    source: Source
+    recipe: Recipe
+    device: Device
+    device_id: int | None
+    batch_size: int
+    num_threads: int
+    prefetch: int
+    seed: int
+    epoch: int
+    on_corrupt: OnCorrupt
+    checked: np.ndarray | None = None
+    state: dict[Any, Any] | None = None
+
+
+class BatchProducer(Protocol):
+    """Produces the batches of one pass, in request order (see module docs)."""
+
+    def __iter__(self) -> Iterator[ProducedBatch]: ...
+
+    def close(self) -> None: ...
+
+
+ProducerFactory = Callable[[ProducerContext, Sequence[BatchRequest]], BatchProducer]

@@ -1,0 +1,442 @@
+"""Where samples come from: encoded image bytes and integer labels, by index.
+
+A :class:`Source` is a random-access view of a labelled image dataset. It hands
+out *encoded* bytes (PNG, JPEG, ...); decoding is the pipeline's job. Reading a
+source never writes to the dataset.
+
+Implementations
+---------------
+:class:`ImageFolderSource`
+    One sub-folder per class; classes are the sorted sub-folder names (label 0 is
+    the first), like torchvision's ``ImageFolder``.
+:class:`FileListSource`
+    An explicit list of ``(path, label)``.
+:class:`ParquetSource`
+    A Parquet file, or a folder of ``*.parquet`` files, with an encoded-image
+    bytes column and an integer label column.
+
+:func:`open_source` picks one from a path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import xxhash
+
+from dataplane.errors import ConfigError, DatasetError
+
+#: File extensions treated as images by :class:`ImageFolderSource` (lower case).
+IMAGE_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp", ".jp2"}
+)
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A labelled image dataset with random access by index.
+
+    Attributes
+    ----------
+    num_classes : int
+        Labels lie in ``range(num_classes)``.
+    """
+
+    num_classes: int
+
+    def __len__(self) -> int:
+        """Number of samples."""
+        ...
+
+    def read(self, index: int) -> bytes:
+        """Encoded bytes of sample ``index`` (raises ``DataError``/``OSError`` on failure)."""
+        ...
+
+    def label(self, index: int) -> int:
+        """Label of sample ``index``, in ``range(num_classes)``."""
+        ...
+
+    def describe(self, index: int) -> str:
+        """Where sample ``index`` lives: a file path, or ``file.parquet#row``."""
+        ...
+
+    def fingerprint(self) -> str:
+        """Stable hash of the dataset's identity (paths, sizes, mtimes, labels)."""
+        ...
+
+
+def files_fingerprint(paths: Iterable[str | os.PathLike[str]], extra: object = None) -> str:
+    """Hash of files' paths, sizes and modification times (plus ``extra``).
+
+    Parameters
+    ----------
+    paths : iterable of path
+        Files, in a meaningful order (the hash depends on it).
+    extra : object, optional
+        JSON-serialisable data hashed along (e.g. labels, column names).
+
+    Returns
+    -------
+    str
+        32 hex digits (xxh3-128). Changes when a file is added, removed,
+        renamed, resized or touched.
+    """
+    h = xxhash.xxh3_128()
+    for path in paths:
+        st = os.stat(path)
+        h.update(f"{os.fspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    if extra is not None:
+        h.update(json.dumps(extra, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def dataset_fingerprint(source: Source) -> str:
+    """The fingerprint of ``source`` (see :meth:`Source.fingerprint`)."""
+    return source.fingerprint()
+
+
+def _check_labels(labels: np.ndarray, num_classes: int | None, where: str) -> int:
+    """Validate integer labels; return the number of classes."""
+    if labels.size == 0:
+        return 0 if num_classes is None else num_classes
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise DatasetError(f"labels of {where} must be integers, found dtype {labels.dtype}")
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0:
+        bad = int(np.flatnonzero(labels < 0)[0])
+        raise DatasetError(
+            f"label {low} of {where} (sample {bad}) is negative; labels must be class "
+            "indices 0..num_classes-1"
+        )
+    if num_classes is not None and high >= num_classes:
+        bad = int(np.flatnonzero(labels >= num_classes)[0])
+        raise DatasetError(
+            f"label {high} of {where} (sample {bad}) is out of range for num_classes="
+            f"{num_classes}; fix the label or raise num_classes"
+        )
+    return num_classes if num_classes is not None else high + 1
+
+
+class _FileBacked:
+    """Shared part of the sources whose samples are one file each."""
+
+    _paths: list[Path]
+    _labels: np.ndarray
+    num_classes: int
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def read(self, index: int) -> bytes:
+        return self._paths[index].read_bytes()
+
+    def label(self, index: int) -> int:
+        return int(self._labels[index])
+
+    def labels(self) -> np.ndarray:
+        """All labels (int64 array, a copy)."""
+        return self._labels.copy()
+
+    def describe(self, index: int) -> str:
+        return str(self._paths[index])
+
+    def fingerprint(self) -> str:
+        return files_fingerprint(self._paths, extra=self._labels.tolist())
+
+
+class ImageFolderSource(_FileBacked):
+    """Images stored one sub-folder per class (torchvision ``ImageFolder`` layout).
+
+    Parameters
+    ----------
+    root : path
+        Folder whose sub-folders are the classes. Class ``i`` is the ``i``-th
+        sub-folder name in sorted order; files inside are taken in sorted order,
+        recursively, if their extension is in :data:`IMAGE_EXTENSIONS`. Hidden
+        entries (starting with ``.``) are ignored.
+
+    Raises
+    ------
+    DatasetError
+        If ``root`` is missing, has no class sub-folders, or holds no images.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise DatasetError(
+                f"dataset folder {self.root} does not exist; create it (e.g. `dataplane "
+                "ingest fmnist DIR`) or fix the path"
+            )
+        classes = sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+        if not classes:
+            raise DatasetError(
+                f"{self.root} has no class sub-folders; an image folder needs one sub-folder "
+                "per class holding that class's images"
+            )
+        paths: list[Path] = []
+        labels: list[int] = []
+        for label, name in enumerate(classes):
+            for dirpath, dirnames, filenames in os.walk(self.root / name):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                for filename in sorted(filenames):
+                    if filename.startswith("."):
+                        continue
+                    if os.path.splitext(filename)[1].lower() in IMAGE_EXTENSIONS:
+                        paths.append(Path(dirpath) / filename)
+                        labels.append(label)
+        if not paths:
+            raise DatasetError(
+                f"no images found under {self.root} (looked for "
+                f"{', '.join(sorted(IMAGE_EXTENSIONS))} in {len(classes)} class folders)"
+            )
+        self.classes: list[str] = classes
+        self.num_classes = len(classes)
+        self._paths = paths
+        self._labels = np.asarray(labels, dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageFolderSource({str(self.root)!r}, {len(self)} images, {self.num_classes} classes)"
+        )
+
+
+class FileListSource(_FileBacked):
+    """An explicit list of ``(path, label)`` pairs.
+
+    Parameters
+    ----------
+    items : sequence of (path, int)
+        Image files and their labels.
+    num_classes : int, optional
+        Number of classes; labels must be below it. Default: largest label + 1.
+    check_files : bool
+        Check at construction that every file exists (one ``stat`` per file).
+
+    Raises
+    ------
+    DatasetError
+        If the list is empty, a file is missing, or a label is negative or
+        ``>= num_classes``.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[tuple[str | os.PathLike[str], int]],
+        *,
+        num_classes: int | None = None,
+        check_files: bool = True,
+    ) -> None:
+        try:
+            pairs = [(Path(p), lab) for p, lab in items]
+        except (TypeError, ValueError):
+            raise ConfigError(
+                "a file list must be a sequence of (path, label) pairs, e.g. "
+                "[('img/0.png', 3), ...]"
+            ) from None
+        if not pairs:
+            raise DatasetError("the file list is empty; give at least one (path, label) pair")
+        for path, lab in pairs:
+            if isinstance(lab, bool) or not isinstance(lab, int | np.integer):
+                raise DatasetError(f"label of {path} must be an int, not {lab!r}")
+        labels = np.asarray([int(lab) for _, lab in pairs], dtype=np.int64)
+        if num_classes is not None and (
+            isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1
+        ):
+            raise ConfigError(f"num_classes must be a positive int, not {num_classes!r}")
+        self.num_classes = _check_labels(labels, num_classes, "the file list")
+        self._paths = [p for p, _ in pairs]
+        self._labels = labels
+        if check_files:
+            missing = [p for p in self._paths if not p.is_file()]
+            if missing:
+                raise DatasetError(
+                    f"{len(missing)} file(s) of the file list do not exist, e.g. {missing[0]}; "
+                    "fix the paths or remove those entries"
+                )
+
+    def __repr__(self) -> str:
+        return f"FileListSource({len(self)} images, {self.num_classes} classes)"
+
+
+class ParquetSource:
+    """Encoded images and labels stored in Parquet (a file or a folder of files).
+
+    Parameters
+    ----------
+    path : path
+        A ``.parquet`` file, or a folder whose ``*.parquet`` files (recursively,
+        sorted) form the dataset.
+    image_column : str
+        Column of encoded image bytes (``binary``).
+    label_column : str
+        Column of integer labels.
+    num_classes : int, optional
+        Number of classes; default: ``class_names`` in the schema metadata when
+        present, else largest label + 1.
+
+    Notes
+    -----
+    Labels are read at construction; the bytes column of a file is read on first
+    access and kept in memory (it is the dataset's encoded, compressed size).
+
+    Raises
+    ------
+    DatasetError
+        If the path is missing, holds no rows, lacks a column, or a label is out
+        of range.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        image_column: str = "image",
+        label_column: str = "label",
+        num_classes: int | None = None,
+    ) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.path = Path(path)
+        if self.path.is_file():
+            files = [self.path]
+        elif self.path.is_dir():
+            files = sorted(p for p in self.path.rglob("*.parquet") if p.is_file())
+        else:
+            raise DatasetError(
+                f"Parquet dataset {self.path} does not exist; create it (e.g. `dataplane "
+                "ingest fmnist DIR --format parquet`) or fix the path"
+            )
+        if not files:
+            raise DatasetError(f"no *.parquet files under {self.path}")
+        self.image_column = image_column
+        self.label_column = label_column
+        self._files = files
+        self._offsets = [0]
+        label_parts: list[np.ndarray] = []
+        meta_classes: int | None = None
+        for file in files:
+            try:
+                pf = pq.ParquetFile(file)
+            except (OSError, pa.ArrowException) as exc:
+                raise DatasetError(f"cannot read Parquet file {file}: {exc}") from exc
+            names = pf.schema_arrow.names
+            for column in (image_column, label_column):
+                if column not in names:
+                    raise DatasetError(
+                        f"Parquet file {file} has no column {column!r} (columns: "
+                        f"{', '.join(names)}); pass image_column=/label_column="
+                    )
+            if not pa.types.is_binary(pf.schema_arrow.field(image_column).type) and not (
+                pa.types.is_large_binary(pf.schema_arrow.field(image_column).type)
+            ):
+                raise DatasetError(
+                    f"column {image_column!r} of {file} must hold encoded image bytes "
+                    f"(binary), found {pf.schema_arrow.field(image_column).type}"
+                )
+            labels = pf.read(columns=[label_column]).column(0).to_numpy()
+            label_parts.append(np.asarray(labels))
+            self._offsets.append(self._offsets[-1] + len(labels))
+            metadata = pf.schema_arrow.metadata or {}
+            if b"class_names" in metadata and meta_classes is None:
+                try:
+                    meta_classes = len(json.loads(metadata[b"class_names"]))
+                except ValueError:
+                    meta_classes = None
+        if self._offsets[-1] == 0:
+            raise DatasetError(f"Parquet dataset {self.path} has no rows")
+        all_labels = np.concatenate(label_parts)
+        if not np.issubdtype(all_labels.dtype, np.integer):
+            raise DatasetError(
+                f"label column {label_column!r} of {self.path} must hold integers, found "
+                f"{all_labels.dtype}"
+            )
+        self._labels = all_labels.astype(np.int64)
+        self.num_classes = _check_labels(
+            self._labels, num_classes if num_classes is not None else meta_classes, str(self.path)
+        )
+        self._images: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return self._offsets[-1]
+
+    def __repr__(self) -> str:
+        return f"ParquetSource({str(self.path)!r}, {len(self)} rows, {self.num_classes} classes)"
+
+    def _locate(self, index: int) -> tuple[int, int]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample index {index} out of range for {len(self)} rows")
+        file_no = int(np.searchsorted(self._offsets, index, side="right")) - 1
+        return file_no, index - self._offsets[file_no]
+
+    def read(self, index: int) -> bytes:
+        import pyarrow.parquet as pq
+
+        file_no, row = self._locate(index)
+        column = self._images.get(file_no)
+        if column is None:
+            column = pq.read_table(self._files[file_no], columns=[self.image_column]).column(0)
+            self._images[file_no] = column
+        value = column[row].as_py()
+        return b"" if value is None else value
+
+    def label(self, index: int) -> int:
+        return int(self._labels[index])
+
+    def labels(self) -> np.ndarray:
+        """All labels (int64 array, a copy)."""
+        return self._labels.copy()
+
+    def describe(self, index: int) -> str:
+        file_no, row = self._locate(index)
+        return f"{self._files[file_no]}#{row}"
+
+    def fingerprint(self) -> str:
+        return files_fingerprint(
+            self._files, extra={"image_column": self.image_column, "label": self.label_column}
+        )
+
+
+def open_source(path: str | os.PathLike[str]) -> Source:
+    """Open the dataset at ``path``, detecting its kind.
+
+    A ``.parquet`` file, or a folder holding ``*.parquet`` files and no class
+    sub-folders, opens as :class:`ParquetSource`; any other folder as
+    :class:`ImageFolderSource`.
+
+    Raises
+    ------
+    DatasetError
+        If ``path`` does not exist or holds no recognisable dataset.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise DatasetError(
+            f"dataset {p} does not exist; create it (e.g. `dataplane ingest fmnist DIR`) or "
+            "fix the path"
+        )
+    if p.is_file():
+        if p.suffix == ".parquet":
+            return ParquetSource(p)
+        raise DatasetError(
+            f"{p} is a file but not a .parquet file; give an image folder (one sub-folder per "
+            "class), a Parquet file or folder, or a FileListSource"
+        )
+    has_parquet = any(p.glob("*.parquet")) or any(p.glob("*/*.parquet"))
+    has_images_in_subdirs = any(
+        child.is_dir()
+        and not child.name.startswith(".")
+        and any(f.suffix.lower() in IMAGE_EXTENSIONS for f in child.iterdir())
+        for child in p.iterdir()
+    )
+    if has_parquet and not has_images_in_subdirs:
+        return ParquetSource(p)
+    return ImageFolderSource(p)

@@ -1,0 +1,108 @@
+"""Sources: layout rules, detection, fingerprints and errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dataplane.errors import DatasetError
+from dataplane.sources import (
+    FileListSource,
+    ImageFolderSource,
+    ParquetSource,
+    Source,
+    dataset_fingerprint,
+    open_source,
+)
+
+
+def test_sources_satisfy_the_protocol(fmnist_small: Path, fmnist_parquet: Path) -> None:
+    folder = open_source(fmnist_small / "train")
+    parquet = open_source(fmnist_parquet / "train")
+    listed = FileListSource([(folder.describe(0), 3)])
+    for source in (folder, parquet, listed):
+        assert isinstance(source, Source)
+        assert source.read(0)[:4] == b"\x89PNG"
+    assert isinstance(folder, ImageFolderSource) and isinstance(parquet, ParquetSource)
+    assert listed.label(0) == 3 and listed.num_classes == 4
+
+
+def test_image_folder_sorts_classes_and_ignores_other_files(
+    tmp_path: Path, fmnist_small: Path
+) -> None:
+    src = ImageFolderSource(fmnist_small / "train")
+    root = tmp_path / "ds"
+    for cls, idx in (("b_cat", 0), ("a_dog", 1), ("a_dog", 2)):
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        shutil.copy(src.describe(idx), root / cls / f"{idx}.PNG")
+    (root / "a_dog" / "readme.txt").write_text("x")
+    (root / ".hidden").mkdir()
+    (root / "b_cat" / ".tmp.png").write_bytes(b"")
+    source = ImageFolderSource(root)
+    assert source.classes == ["a_dog", "b_cat"]
+    assert [source.label(i) for i in range(len(source))] == [0, 0, 1]
+
+
+def test_fingerprint_tracks_changes(tmp_path: Path, fmnist_small: Path) -> None:
+    root = tmp_path / "copy"
+    shutil.copytree(fmnist_small / "train", root)
+    first = dataset_fingerprint(ImageFolderSource(root))
+    assert dataset_fingerprint(ImageFolderSource(root)) == first
+    victim = Path(ImageFolderSource(root).describe(4))
+    os.utime(victim, ns=(1, 1))
+    touched = dataset_fingerprint(ImageFolderSource(root))
+    assert touched != first
+    victim.unlink()
+    assert dataset_fingerprint(ImageFolderSource(root)) not in {first, touched}
+
+
+def _parquet(path: Path, labels: list[int], images: list[bytes] | None = None) -> Path:
+    images = images if images is not None else [b"x"] * len(labels)
+    table = pa.table(
+        {"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())}
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def test_parquet_errors(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="does not exist"):
+        ParquetSource(tmp_path / "missing.parquet")
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(DatasetError, match=r"no \*\.parquet files"):
+        ParquetSource(tmp_path / "empty_dir")
+    bad = _parquet(tmp_path / "neg.parquet", [0, -2])
+    with pytest.raises(DatasetError, match="negative"):
+        ParquetSource(bad)
+    good = _parquet(tmp_path / "ok.parquet", [0, 4])
+    with pytest.raises(DatasetError, match="num_classes=3"):
+        ParquetSource(good, num_classes=3)
+    with pytest.raises(DatasetError, match="no column 'img'.*image_column="):
+        ParquetSource(good, image_column="img")
+    empty = _parquet(tmp_path / "none.parquet", [])
+    with pytest.raises(DatasetError, match="no rows"):
+        ParquetSource(empty)
+
+
+def test_parquet_custom_columns_and_dataset_dir(tmp_path: Path) -> None:
+    d = tmp_path / "ds"
+    d.mkdir()
+    pq.write_table(pa.table({"jpg": [b"a", b"b"], "cls": [1, 0]}), d / "part-0.parquet")
+    pq.write_table(pa.table({"jpg": [b"c"], "cls": [2]}), d / "part-1.parquet")
+    source = ParquetSource(d, image_column="jpg", label_column="cls")
+    assert len(source) == 3 and source.num_classes == 3
+    assert [source.read(i) for i in range(3)] == [b"a", b"b", b"c"]
+    assert source.describe(2).endswith("part-1.parquet#0")
+
+
+def test_open_source_rejects_other_files(tmp_path: Path) -> None:
+    (tmp_path / "x.csv").write_text("a,b")
+    with pytest.raises(DatasetError, match="not a .parquet file"):
+        open_source(tmp_path / "x.csv")
+    with pytest.raises(DatasetError, match="do not exist, e.g. .*nope.png; fix the paths"):
+        FileListSource([(tmp_path / "nope.png", 0)])
