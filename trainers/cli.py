@@ -1,0 +1,494 @@
+"""The ``dataplane train``, ``dataplane compare`` and ``dataplane doctor`` commands.
+
+Found by the ``dataplane`` command through the ``dataplane.commands`` entry
+points. ``train`` works under ``torchrun``: when ``RANK`` and ``WORLD_SIZE``
+are set it initialises the default process group (``nccl`` on GPUs, ``gloo``
+otherwise) and only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from trainers.errors import TrainerError
+
+__all__ = ["compare_command", "doctor_command", "train_command"]
+
+
+def _image_shape(loader: Any) -> tuple[int, int]:
+    """(channels, size) of the loader's output."""
+    recipe = getattr(loader, "recipe", None)
+    if recipe is not None:
+        return int(recipe.channels), int(recipe.size)
+    transform = getattr(loader, "transform", None)
+    if transform is not None:
+        return int(transform.channels), int(transform.size)
+    raise click.ClickException(f"cannot tell the image shape of {type(loader).__name__}")
+
+
+def _num_classes(loader: Any) -> int:
+    source = getattr(loader, "source", None)
+    if source is not None and getattr(source, "num_classes", None):
+        return int(source.num_classes)
+    dataset = getattr(loader, "dataset", None)
+    if dataset is not None and getattr(dataset, "classes", None):
+        return len(dataset.classes)
+    raise click.ClickException(f"cannot tell the number of classes of {type(loader).__name__}")
+
+
+def _num_samples(loader: Any) -> int:
+    source = getattr(loader, "source", None)
+    if source is not None:
+        return len(source)
+    dataset = getattr(loader, "dataset", None)
+    if dataset is not None:
+        return len(dataset)
+    return len(loader) * int(getattr(loader, "batch_size", 1))
+
+
+def _init_distributed(device: str | None) -> bool:
+    """Initialise the default process group when launched by torchrun; return whether it did."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return False
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    use_cuda = torch.cuda.is_available() and device != "cpu"
+    if use_cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    return True
+
+
+@click.command("train")
+@click.option(
+    "--data", required=True, help="'fmnist' or a folder with train/ and test/ image folders."
+)
+@click.option(
+    "--model",
+    "model_name",
+    default="small-cnn",
+    show_default=True,
+    type=click.Choice(["small-cnn", "patchify-cnn", "resnet18"]),
+)
+@click.option(
+    "--schedule",
+    default="perfect",
+    show_default=True,
+    type=click.Choice(["fresh", "perfect", "torch"]),
+)
+@click.option(
+    "--target-accuracy",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    help="Validation accuracy whose first crossing is timed (fraction, 0.9 = 90%).",
+)
+@click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option(
+    "--lr",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.05,
+    show_default=True,
+    help="Peak learning rate of SGD (Nesterov momentum 0.9), cosine-annealed per epoch.",
+)
+@click.option("--weight-decay", type=click.FloatRange(min=0), default=5e-4, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default=None,
+    help="Where to train and decode [default: cuda when available].",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="perfect: the augmented-sample cache [default: RUN_DIR/cache].",
+)
+@click.option(
+    "--variants",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="perfect: augmented variants cached per sample (epoch e serves e mod K).",
+)
+@click.option(
+    "--max-cache-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="perfect: size bound of the cache in bytes.",
+)
+@click.option(
+    "--patience",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="perfect: phase-1 epochs without a --min-delta gain that end phase 1.",
+)
+@click.option("--min-delta", type=click.FloatRange(0, 1), default=0.002, show_default=True)
+@click.option(
+    "--phase1-fraction",
+    type=click.FloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="perfect: largest share of the epochs spent in phase 1.",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where run.json goes [default: runs/SCHEDULE].",
+)
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where last.pt goes [default: RUN_DIR/checkpoints].",
+)
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint if there is one.")
+@click.option("--stop-at-target", is_flag=True, help="Stop once --target-accuracy is reached.")
+@click.option(
+    "--data-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("data"),
+    show_default=True,
+    help="Where --data fmnist is ingested.",
+)
+@click.option("--jpeg", is_flag=True, help="--data fmnist: re-encode as JPEG at ingest.")
+@click.option(
+    "--size",
+    type=click.IntRange(min=8),
+    default=None,
+    help="--data fmnist: side of the ingested images; also the loaders' output side.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="--data fmnist: ingest only the first N images of each split.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="torch: DataLoader worker processes [default: cores].",
+)
+@click.option("--progress/--no-progress", default=True, help="A progress bar per epoch.")
+def train_command(
+    data: str,
+    model_name: str,
+    schedule: str,
+    target_accuracy: float | None,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float,
+    seed: int,
+    device: str | None,
+    cache_dir: Path | None,
+    variants: int,
+    max_cache_bytes: int | None,
+    patience: int,
+    min_delta: float,
+    phase1_fraction: float,
+    run_dir: Path | None,
+    checkpoint_dir: Path | None,
+    resume: bool,
+    stop_at_target: bool,
+    data_root: Path,
+    jpeg: bool,
+    size: int | None,
+    limit: int | None,
+    workers: int | None,
+    progress: bool,
+) -> None:
+    """Train a model with a schedule (fresh | perfect | torch) and write RUN_DIR/run.json."""
+    import torch
+
+    from trainers.data import build_loaders, resolve_dataset
+    from trainers.fit import fit
+    from trainers.models import build_model
+    from trainers.schedule import SwitchRule
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    started_group = _init_distributed(device)
+    try:
+        run_dir = run_dir or Path("runs") / schedule
+        try:
+            splits = resolve_dataset(
+                data, data_root=data_root, jpeg=jpeg, size=size, limit=limit, progress=progress
+            )
+            loaders = build_loaders(
+                schedule,
+                splits,
+                batch_size=batch_size,
+                seed=seed,
+                size=size,
+                device=device,
+                num_workers=workers,
+                cache_dir=cache_dir or run_dir / "cache",
+                variants=variants,
+                max_bytes=max_cache_bytes,
+            )
+            channels, side = _image_shape(loaders.train)
+            torch.manual_seed(seed)
+            model = build_model(model_name, _num_classes(loaders.train), channels, image_size=side)
+            optimizer = torch.optim.SGD(
+                model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay
+            )
+            result = fit(
+                model,
+                loaders.train,
+                loaders.val,
+                schedule=schedule,
+                fresh_loader=loaders.fresh,
+                target_accuracy=target_accuracy,
+                epochs=epochs,
+                optimizer=optimizer,
+                lr_scheduler=lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(
+                    opt, T_max=epochs
+                ),
+                switch_rule=SwitchRule(
+                    patience=patience, min_delta=min_delta, budget_fraction=phase1_fraction
+                ),
+                device=device,
+                checkpoint_dir=checkpoint_dir or run_dir / "checkpoints",
+                resume=resume,
+                run_dir=run_dir,
+                run_name=schedule,
+                stop_at_target=stop_at_target,
+                progress=progress,
+                extra={
+                    "data": str(data),
+                    "model_name": model_name,
+                    "batch_size": batch_size,
+                    "lr": lr,
+                    "seed": seed,
+                    "variants": variants if schedule == "perfect" else None,
+                },
+            )
+        except TrainerError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except Exception as exc:
+            from dataplane import DataplaneError
+
+            if isinstance(exc, DataplaneError):
+                raise click.ClickException(str(exc)) from exc
+            raise
+        rec = result.record
+        ttt = "not reached" if rec.time_to_target_s is None else f"{rec.time_to_target_s:.1f} s"
+        click.echo(
+            f"{rec.schedule}: final accuracy {rec.final_accuracy:.4f}, wall time {rec.elapsed_s:.1f} s, "
+            f"time to target {ttt}, input share {rec.input_share:.1%}"
+            + (
+                f", switched to fresh at epoch {rec.switch_epoch} ({rec.switch_reason})"
+                if rec.switch_epoch is not None
+                else ""
+            )
+        )
+        click.echo(f"run record: {run_dir / 'run.json'}")
+    finally:
+        if started_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+@click.command("compare")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("compare.png"),
+    show_default=True,
+    help="The plot (PNG).",
+)
+@click.option(
+    "--html",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The HTML page [default: OUT with .html].",
+)
+@click.option("--title", default=None, help="Title of the plot and page.")
+@click.option(
+    "--target-accuracy",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    help="Compare at this target instead of each run's own (recomputed from the epochs).",
+)
+def compare_command(
+    run_dirs: tuple[Path, ...],
+    out: Path,
+    html: Path | None,
+    title: str | None,
+    target_accuracy: float | None,
+) -> None:
+    """Plot validation accuracy against wall time for RUN_DIRS, one line per run."""
+    from trainers.report import compare
+
+    try:
+        result = compare(
+            list(run_dirs), out, html=html, title=title, target_accuracy=target_accuracy
+        )
+    except TrainerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for row in result.summary["runs"]:
+        ttt = row["time_to_target_s"]
+        click.echo(
+            f"{row['name']:>12}: final {row['final_accuracy']:.4f}  "
+            f"to target {'-' if ttt is None else f'{ttt:.1f} s'}  wall {row['elapsed_s']:.1f} s"
+        )
+    for row in result.summary["runs"]:
+        for key, value in row.items():
+            if key.startswith("speedup_vs_"):
+                click.echo(f"{row['name']} reached the target {value:.2f}x as fast as {key[11:]}")
+    click.echo(f"wrote {result.png} and {result.html}")
+
+
+@click.command("doctor")
+@click.option(
+    "--data",
+    required=True,
+    help="'fmnist', a dataset folder with train/, or an image folder of classes.",
+)
+@click.option(
+    "--model",
+    "model_name",
+    default="small-cnn",
+    show_default=True,
+    type=click.Choice(["small-cnn", "patchify-cnn", "resnet18"]),
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=40,
+    show_default=True,
+    help="Timed batches of each stage (well above the loader's prefetch depth).",
+)
+@click.option("--warmup", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--size", type=click.IntRange(min=8), default=None, help="Output side in pixels.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None)
+@click.option(
+    "--loader",
+    "loader_kind",
+    type=click.Choice(["dataplane", "torch"]),
+    default="dataplane",
+    show_default=True,
+    help="Which input stage to measure.",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Where the cache would live (its disk's free space counts).",
+)
+@click.option(
+    "--epochs",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Planned epoch budget (for the number of variants).",
+)
+@click.option("--phase1-fraction", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.option(
+    "--cached-cost",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Cost of a cached batch over a fresh one (0: free, the ceiling).",
+)
+@click.option(
+    "--data-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("data"),
+    show_default=True,
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
+def doctor_command(
+    data: str,
+    model_name: str,
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    size: int | None,
+    device: str | None,
+    loader_kind: str,
+    cache_dir: Path,
+    epochs: int,
+    phase1_fraction: float,
+    cached_cost: float,
+    data_root: Path,
+    as_json: bool,
+) -> None:
+    """Measure the input stage against the compute stage and recommend a cache."""
+    import torch
+
+    from trainers.data import resolve_dataset
+    from trainers.doctor import diagnose
+    from trainers.errors import TrainerDataError
+    from trainers.models import build_model
+
+    try:
+        if data != "fmnist" and (Path(data) / "train").is_dir():
+            train_dir = Path(data) / "train"
+        else:
+            try:
+                train_dir = resolve_dataset(data, data_root=data_root).train
+            except TrainerDataError:
+                train_dir = Path(data)  # an image folder of classes itself
+        if loader_kind == "torch":
+            from trainers.torch_baseline import TorchBaselineLoader
+
+            loader: Any = TorchBaselineLoader(train_dir, batch_size=batch_size, size=size, seed=0)
+        else:
+            from dataplane import Loader
+
+            loader = Loader(
+                train_dir,
+                batch_size=batch_size,
+                recipe="train",
+                shuffle=True,
+                size=size,
+                device=device,
+            )
+        channels, side = _image_shape(loader)
+        num_classes = _num_classes(loader)
+        torch.manual_seed(0)
+        model = build_model(model_name, num_classes, channels, image_size=side)
+        dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        diagnosis = diagnose(
+            loader,
+            model,
+            num_classes=num_classes,
+            num_samples=_num_samples(loader),
+            steps=steps,
+            warmup=warmup,
+            device=dev,
+            cache_dir=cache_dir,
+            epochs=epochs,
+            phase1_fraction=phase1_fraction,
+            cached_cost_ratio=cached_cost,
+        )
+    except TrainerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except Exception as exc:
+        from dataplane import DataplaneError
+
+        if isinstance(exc, DataplaneError):
+            raise click.ClickException(str(exc)) from exc
+        raise
+    if as_json:
+        click.echo(json.dumps(diagnosis.to_dict(), indent=2))
+    else:
+        click.echo(diagnosis.text())

@@ -1,0 +1,242 @@
+"""The loaders of each schedule, built from a dataset on disk.
+
+=========  ==========================================================  ====================
+schedule   training loader(s)                                          validation loader
+=========  ==========================================================  ====================
+fresh      ``dataplane.Loader(train, recipe="train")``                 ``Loader(recipe="eval")``
+perfect    phase 1: ``Loader(train, recipe="train",                    ``Loader(recipe="eval")``
+           cache=CacheConfig(cache_dir, variants=K, max_bytes=B))``;
+           phase 2: the ``fresh`` loader
+torch      :class:`~trainers.torch_baseline.TorchBaselineLoader`       its eval transforms
+           (PIL transforms in ``num_workers`` = cores processes)
+=========  ==========================================================  ====================
+
+``perfect`` needs the augmented-sample cache integrated into the Loader
+(``dataplane.CacheConfig``); without it, building its loaders raises
+:class:`~trainers.errors.TrainerConfigError` saying so.
+
+A dataset is a folder with ``train/`` and ``test/`` (or ``val/``)
+sub-folders, each an image folder (one sub-folder per class), as written by
+``dataplane ingest``; ``"fmnist"`` ingests Debian's Fashion-MNIST into
+``data_root`` first (once: ingest is a no-op when the output is up to date).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainers.errors import TrainerConfigError, TrainerDataError
+from trainers.schedule import Schedule
+
+__all__ = [
+    "DatasetSplits",
+    "ScheduleLoaders",
+    "build_loaders",
+    "cache_available",
+    "resolve_dataset",
+]
+
+
+@dataclass(frozen=True)
+class DatasetSplits:
+    """Image folders of a dataset's training and validation splits."""
+
+    train: Path
+    val: Path
+
+
+@dataclass
+class ScheduleLoaders:
+    """The loaders :func:`trainers.fit` needs for one schedule."""
+
+    train: Any
+    val: Any
+    fresh: Any | None = None
+
+
+def resolve_dataset(
+    data: str | os.PathLike[str],
+    *,
+    data_root: str | os.PathLike[str] = "data",
+    jpeg: bool = False,
+    size: int | None = None,
+    limit: int | None = None,
+    progress: bool = False,
+) -> DatasetSplits:
+    """Find (or, for ``"fmnist"``, create) a dataset's train and validation folders.
+
+    Parameters
+    ----------
+    data : str or path
+        ``"fmnist"`` or a folder holding ``train/`` and ``test/`` (or ``val/``).
+    data_root : path
+        Where ``"fmnist"`` is ingested (``<data_root>/fmnist``, or
+        ``fmnist-jpeg<size>`` / ``-limit<N>`` variants).
+    jpeg, size, limit
+        Ingest options for ``"fmnist"`` (JPEG re-encoding, side in pixels,
+        images per split).
+
+    Raises
+    ------
+    TrainerDataError
+        The folder lacks a ``train/`` or validation split.
+    """
+    if str(data) == "fmnist":
+        from dataplane.ingest import ingest_fmnist
+
+        name = "fmnist" + (f"-jpeg{size or 28}" if jpeg else (f"-{size}" if size else ""))
+        name += f"-limit{limit}" if limit else ""
+        out = Path(data_root) / name
+        ingest_fmnist(out, fmt="folder", jpeg=jpeg, size=size, limit=limit, progress=progress)
+        return DatasetSplits(out / "train", out / "test")
+    root = Path(data)
+    if not (root / "train").is_dir():
+        raise TrainerDataError(
+            f"{root} has no train/ folder; pass 'fmnist' or a dataset folder with train/ and test/ "
+            "(e.g. written by `dataplane ingest fmnist OUT`)"
+        )
+    for name in ("test", "val"):
+        if (root / name).is_dir():
+            return DatasetSplits(root / "train", root / name)
+    raise TrainerDataError(f"{root} has no test/ or val/ folder to validate on")
+
+
+def cache_available() -> bool:
+    """Whether this installation's ``dataplane`` has the augmented-sample cache."""
+    try:
+        from dataplane import CacheConfig  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_loaders(
+    schedule: Schedule | str,
+    splits: DatasetSplits,
+    *,
+    batch_size: int = 256,
+    val_batch_size: int | None = None,
+    seed: int = 0,
+    size: int | None = None,
+    channels: int | None = None,
+    device: str | None = None,
+    num_workers: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    variants: int = 2,
+    max_bytes: int | None = None,
+    train_data: Any | None = None,
+    recipe: Any | None = None,
+    eval_recipe: Any | None = None,
+    transform_options: dict[str, Any] | None = None,
+) -> ScheduleLoaders:
+    """Build the training (and phase-2) and validation loaders of ``schedule``.
+
+    Parameters
+    ----------
+    schedule : Schedule or str
+        ``fresh``, ``perfect`` or ``torch``.
+    splits : DatasetSplits
+        The dataset's folders.
+    batch_size, val_batch_size : int
+        Samples per training / validation batch (per rank).
+    seed : int
+        Order and augmentation seed.
+    size, channels : int, optional
+        Output side and channels (default: from the dataset's first image).
+    device : {"cpu", "cuda"}, optional
+        Where the DALI loaders run (default: CUDA when available).
+    num_workers : int, optional
+        Worker processes of the ``torch`` loader (default: cores).
+    cache_dir : path
+        ``perfect`` only: the cache's folder.
+    variants : int
+        ``perfect`` only: augmented variants cached per sample.
+    max_bytes : int, optional
+        ``perfect`` only: the cache's size bound in bytes.
+    train_data : optional
+        What the DALI training loaders read instead of ``splits.train`` (for
+        example a list of ``(path, label)`` for a subset).
+    recipe, eval_recipe : optional
+        Recipes (names or ``preprocessing.Recipe``) of the DALI loaders.
+    transform_options : dict, optional
+        Extra :class:`~trainers.torch_baseline.Transform` fields for ``torch``.
+    """
+    sched = Schedule.parse(schedule)
+    val_bs = val_batch_size or batch_size
+    if sched is Schedule.TORCH:
+        from trainers.torch_baseline import TorchBaselineLoader
+
+        common: dict[str, Any] = {"size": size, "channels": channels, "num_workers": num_workers}
+        train = TorchBaselineLoader(
+            splits.train,
+            batch_size=batch_size,
+            train=True,
+            seed=seed,
+            transform_options=transform_options,
+            **common,
+        )
+        eval_options = {
+            k: v
+            for k, v in (transform_options or {}).items()
+            if k in ("crop_fraction", "mean", "std")
+        }
+        val = TorchBaselineLoader(
+            splits.val,
+            batch_size=val_bs,
+            train=False,
+            shuffle=False,
+            seed=seed,
+            transform_options=eval_options,
+            **common,
+        )
+        return ScheduleLoaders(train=train, val=val)
+
+    from dataplane import Loader
+
+    shape: dict[str, Any] = {"size": size, "channels": channels, "device": device}
+    source = train_data if train_data is not None else splits.train
+
+    def fresh_loader() -> Any:
+        return Loader(
+            source,
+            batch_size=batch_size,
+            recipe=recipe or "train",
+            shuffle=True,
+            seed=seed,
+            **shape,
+        )
+
+    val_loader: Any = Loader(
+        splits.val, batch_size=val_bs, recipe=eval_recipe or "eval", shuffle=False, **shape
+    )
+    if sched is Schedule.FRESH:
+        return ScheduleLoaders(train=fresh_loader(), val=val_loader)
+    if cache_dir is None:
+        raise TrainerConfigError(
+            "schedule 'perfect' needs a cache directory (--cache-dir / cache_dir=)"
+        )
+    if isinstance(variants, bool) or not isinstance(variants, int) or variants < 1:
+        raise TrainerConfigError(f"variants must be an integer >= 1, got {variants!r}")
+    try:
+        from dataplane import CacheConfig
+    except ImportError as exc:
+        raise TrainerConfigError(
+            "schedule 'perfect' needs the augmented-sample cache (dataplane.CacheConfig), which this "
+            "installation of dataplane lacks; use --schedule fresh or torch, or upgrade dataplane"
+        ) from exc
+    cache_kwargs: dict[str, Any] = {"variants": variants}
+    if max_bytes is not None:
+        cache_kwargs["max_bytes"] = max_bytes
+    cached = Loader(
+        source,
+        batch_size=batch_size,
+        recipe=recipe or "train",
+        shuffle=True,
+        seed=seed,
+        cache=CacheConfig(str(cache_dir), **cache_kwargs),
+        **shape,
+    )
+    return ScheduleLoaders(train=cached, val=val_loader, fresh=fresh_loader())
