@@ -1,0 +1,177 @@
+"""The ``dataplane placement`` command group.
+
+This module defines the group and its ``collect`` sub-command. Other placement modules
+add their own sub-commands without this module importing them up front:
+
+* ``train``, ``evaluate`` and ``simulate`` are looked up lazily in
+  ``placement.model_cli`` as ``train_command``, ``evaluate_command`` and
+  ``simulate_command`` (each a :class:`click.Command`); a name that module does not
+  define (or a missing module) is simply not offered;
+* any module may also call ``placement_group.add_command(cmd)`` itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from pathlib import Path
+
+import click
+
+#: Sub-commands imported only when used: command name -> (module, attribute).
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("placement.model_cli", "train_command"),
+    "evaluate": ("placement.model_cli", "evaluate_command"),
+    "simulate": ("placement.model_cli", "simulate_command"),
+}
+
+
+def _lazy(name: str) -> click.Command | None:
+    module_name, attr = LAZY_COMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return None
+        raise
+    command = getattr(module, attr, None)
+    return command if isinstance(command, click.Command) else None
+
+
+class _PlacementGroup(click.Group):
+    """A group whose model sub-commands are imported only when invoked."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx))
+        names.update(n for n in LAZY_COMMANDS if _lazy(n) is not None)
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in LAZY_COMMANDS:
+            command = _lazy(cmd_name)
+        return command
+
+
+@click.group(
+    "placement", cls=_PlacementGroup, context_settings={"help_option_names": ["-h", "--help"]}
+)
+def placement_group() -> None:
+    """Learned SSD/HDD placement of intermediate files: collect I/O logs, train, evaluate, simulate."""
+
+
+def _csv(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    return items or None
+
+
+@placement_group.command("collect")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path), required=False)
+@click.option("--pipelines", help="Comma-separated workload names (default: all). See --list.")
+@click.option(
+    "--sizes",
+    default="small,medium",
+    show_default=True,
+    help="Comma-separated sizes: small, medium, large.",
+)
+@click.option(
+    "--seeds", default="0,1,2", show_default=True, help="Comma-separated non-negative int seeds."
+)
+@click.option(
+    "--workers",
+    "n_workers",
+    default=2,
+    show_default=True,
+    type=int,
+    help="Worker processes (1 thread each).",
+)
+@click.option(
+    "--memory-limit", default="1GiB", show_default=True, help="Memory limit of each worker."
+)
+@click.option(
+    "--target-fraction",
+    default=0.025,
+    show_default=True,
+    type=float,
+    help="distributed.worker.memory.target: managed-memory fraction above which workers spill.",
+)
+@click.option(
+    "--tier",
+    type=click.Choice(["hdd", "ssd"]),
+    default="hdd",
+    show_default=True,
+    help="Tier all files go to while collecting.",
+)
+@click.option(
+    "--scratch-dir",
+    type=click.Path(file_okay=False),
+    help="Parent of the temporary tier directories.",
+)
+@click.option("--list", "list_only", is_flag=True, help="List the workloads and sizes, then exit.")
+@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+def collect_command(
+    out_dir: Path | None,
+    pipelines: str | None,
+    sizes: str,
+    seeds: str,
+    n_workers: int,
+    memory_limit: str,
+    target_fraction: float,
+    tier: str,
+    scratch_dir: str | None,
+    list_only: bool,
+    no_progress: bool,
+) -> None:
+    """Run the real Dask workload suite and write OUT_DIR/io_log.parquet and OUT_DIR/summary.json.
+
+    Every spill, P2P shuffle and rechunk file the runs create is counted and logged
+    (one row per file). Prints the summary as JSON.
+    """
+    from placement.tier import Tier
+    from placement.workloads import SIZES, WORKLOADS, CollectOptions, WorkloadError, collect
+
+    if list_only:
+        for w in WORKLOADS.values():
+            click.echo(f"{w.name:15s} {w.operator:10s} {w.description}")
+        for s in SIZES.values():
+            click.echo(
+                f"size {s.name}: {s.partitions} partitions x {s.rows} rows; array {s.array_side}^2"
+            )
+        return
+    if out_dir is None:
+        raise click.UsageError("give OUT_DIR, the directory for io_log.parquet and summary.json")
+    try:
+        seed_list = [int(s) for s in _csv(seeds) or []]
+    except ValueError:
+        raise click.BadParameter(
+            f"{seeds!r} is not a comma-separated list of ints", param_hint="--seeds"
+        ) from None
+    try:
+        options = CollectOptions(
+            pipelines=tuple(_csv(pipelines) or WORKLOADS),
+            sizes=tuple(_csv(sizes) or ()),
+            seeds=tuple(seed_list),
+            n_workers=n_workers,
+            memory_limit=memory_limit,
+            target_fraction=target_fraction,
+            tier=Tier(tier),
+            scratch_dir=scratch_dir,
+        )
+    except WorkloadError as exc:
+        raise click.UsageError(str(exc)) from exc
+    # P2P logs a warning for every shuffle it starts; the suite starts hundreds
+    logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
+    summary = collect(out_dir, options, progress=not no_progress)
+    brief = {
+        "out_dir": str(out_dir),
+        "rows": summary["total"]["rows"],
+        "runs": len(summary["runs"]),
+        "failed_runs": len(summary["failed_runs"]),
+        "wall_s": summary["wall_s"],
+        "pipelines": {p: b["rows"] for p, b in summary["pipelines"].items()},
+        "io_density": summary["total"]["io_density"],
+    }
+    click.echo(json.dumps(brief, indent=2))

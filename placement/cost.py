@@ -1,0 +1,181 @@
+"""Total cost of ownership (TCO) of a temporary file on SSD or on HDD.
+
+A file of ``size`` bytes that lives ``life`` seconds and sees ``ops`` read and write
+operations costs, on each tier:
+
+* **SSD**: its capacity for its life, ``size_GB * life_months * ssd_usd_per_gb_month``.
+  SSD operations are taken as free: a data-center SSD gives 10^5-10^6 IOPS, far more
+  than a bay of intermediate files asks of it, so an SSD is bought for capacity.
+* **HDD**: the larger of its capacity cost, ``size_GB * life_months *
+  hdd_usd_per_gb_month``, and its share of drive time, ``ops * drive_usd_per_second /
+  hdd_iops_per_drive`` with ``drive_usd_per_second = hdd_drive_usd /
+  (hdd_amortization_months * SECONDS_PER_MONTH)``. An HDD gives only ~100-200 random
+  operations per second, so a fleet that must serve dense files is sized by its
+  operations, not its bytes; a file pays for whichever it uses more of (the
+  ``max(capacity, IOPS)`` rule of tiering studies).
+
+Two optional terms (off by default, so the default model is exactly the rule above):
+
+* ``ssd_usd_per_tb_written``: SSD wear. A data-center SSD is rated for a number of
+  drive writes per day over its warranty; each byte written uses up that share of its
+  price. E.g. a 3.84 TB drive rated 1 drive write per day for 5 years (about 7 PB
+  written; Micron 7450 PRO and Samsung PM9A3 product briefs) at about $400 costs
+  ~$0.057 per TB written. Adds ``write_bytes * price`` to the SSD cost.
+* ``hdd_bytes_per_s``: HDD transfer time. Adds ``(read_bytes + write_bytes) /
+  hdd_bytes_per_s`` seconds of drive time to the operations' (Seagate Exos X18
+  product manual: 270 MB/s sustained).
+
+With them, the ranking that matters is the saving per byte-second of SSD, which the
+oracle of :mod:`placement.policy` uses; without them it equals the density ranking.
+
+Placing a file on SSD saves ``hdd_cost - ssd_cost``, which is positive when its I/O
+density (operations per byte per second, :mod:`placement.schema`) is above
+:meth:`CostModel.break_even_density`. Because the HDD's operation cost is linear in
+``ops`` and the SSD's cost linear in ``size * life``, the saving per byte-second of SSD
+is increasing in density: ranking files by density is ranking them by saving per unit
+of the scarce SSD capacity.
+
+Defaults and their public sources (list prices, late 2024; override for your fleet):
+
+* ``ssd_usd_per_gb_month = 0.08``: AWS EBS gp3 (general-purpose SSD) storage price,
+  us-east-1, https://aws.amazon.com/ebs/pricing/ .
+* ``hdd_usd_per_gb_month = 0.045``: AWS EBS st1 (throughput-optimized HDD), same page.
+* ``hdd_iops_per_drive = 170``: random 4 KiB read IOPS of a 7200 rpm enterprise drive
+  (Seagate Exos X18 product manual, "Random read/write 4K QD16": 170 IOPS read).
+* ``hdd_drive_usd = 300`` and ``hdd_amortization_months = 60``: an 18-20 TB nearline
+  drive near $0.015/GB (Backblaze, "Hard Drive Cost Per Gigabyte", 2023) written off
+  over five years (Backblaze Drive Stats report drive service lives of 5+ years).
+* ``hdd_drive_capacity_bytes = 18e12``: the same drive's capacity, used to size the
+  HDD fleet when counting IOPS overload in the simulator.
+
+All costs are in US dollars; sizes in bytes; times in seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["GB", "SECONDS_PER_MONTH", "CostModel"]
+
+#: Seconds in an average month (365.25 days / 12).
+SECONDS_PER_MONTH = 365.25 * 86400 / 12
+#: Bytes in a (decimal) gigabyte, as prices are quoted.
+GB = 1e9
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CostModel:
+    """Prices of SSD and HDD; see the module docstring for the rule and the sources.
+
+    Parameters
+    ----------
+    ssd_usd_per_gb_month : float
+        SSD capacity price, US dollars per GB-month.
+    hdd_usd_per_gb_month : float
+        HDD capacity price, US dollars per GB-month.
+    hdd_iops_per_drive : float
+        Random operations per second one HDD serves.
+    hdd_drive_usd : float
+        Price of one HDD, US dollars.
+    hdd_amortization_months : float
+        Months over which a drive's price is written off.
+    hdd_drive_capacity_bytes : float
+        Capacity of one HDD, bytes (sizes the fleet for the overload count).
+    ssd_usd_per_tb_written : float
+        SSD wear, US dollars per TB (1e12 bytes) written; 0 leaves wear out.
+    hdd_bytes_per_s : float or None
+        HDD sequential transfer rate, bytes per second; ``None`` leaves transfer time out.
+    """
+
+    ssd_usd_per_gb_month: float = 0.08
+    hdd_usd_per_gb_month: float = 0.045
+    hdd_iops_per_drive: float = 170.0
+    hdd_drive_usd: float = 300.0
+    hdd_amortization_months: float = 60.0
+    hdd_drive_capacity_bytes: float = 18e12
+    ssd_usd_per_tb_written: float = 0.0
+    hdd_bytes_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "hdd_bytes_per_s" and value is None:
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+            ):
+                raise ValueError(f"CostModel {f.name}={value!r} must be a finite number")
+            if value < 0 or (value == 0 and f.name != "ssd_usd_per_tb_written"):
+                raise ValueError(f"CostModel {f.name}={value!r} must be > 0")
+
+    # ---------------------------------------------------------------- unit prices
+    @property
+    def ssd_usd_per_byte_second(self) -> float:
+        """SSD capacity price per byte-second."""
+        return self.ssd_usd_per_gb_month / GB / SECONDS_PER_MONTH
+
+    @property
+    def hdd_usd_per_byte_second(self) -> float:
+        """HDD capacity price per byte-second."""
+        return self.hdd_usd_per_gb_month / GB / SECONDS_PER_MONTH
+
+    @property
+    def hdd_usd_per_op(self) -> float:
+        """Price of one HDD operation: a drive's cost per second over the IOPS it serves."""
+        drive_per_second = self.hdd_drive_usd / (self.hdd_amortization_months * SECONDS_PER_MONTH)
+        return drive_per_second / self.hdd_iops_per_drive
+
+    def break_even_density(self) -> float:
+        """Density (ops per byte per second) above which SSD is cheaper than HDD."""
+        return self.ssd_usd_per_byte_second / self.hdd_usd_per_op
+
+    # ---------------------------------------------------------------- per file
+    def ssd_cost(self, size_bytes: Any, lifetime_s: Any, write_bytes: Any = 0.0) -> np.ndarray:
+        """TCO in US dollars of files on SSD: capacity for their life, plus wear if priced."""
+        cost = (
+            np.asarray(size_bytes, np.float64)
+            * np.asarray(lifetime_s, np.float64)
+            * self.ssd_usd_per_byte_second
+        )
+        if self.ssd_usd_per_tb_written:
+            cost = cost + np.asarray(write_bytes, np.float64) * (self.ssd_usd_per_tb_written / 1e12)
+        return cost
+
+    def hdd_cost(
+        self, size_bytes: Any, lifetime_s: Any, ops: Any, io_bytes: Any = 0.0
+    ) -> np.ndarray:
+        """TCO in US dollars of files on HDD: max(capacity cost, drive-time cost)."""
+        capacity = (
+            np.asarray(size_bytes, np.float64)
+            * np.asarray(lifetime_s, np.float64)
+            * self.hdd_usd_per_byte_second
+        )
+        drive_time = np.asarray(ops, np.float64) * self.hdd_usd_per_op
+        if self.hdd_bytes_per_s is not None:
+            drive_time = drive_time + np.asarray(io_bytes, np.float64) / self.hdd_bytes_per_s * (
+                self.hdd_usd_per_op * self.hdd_iops_per_drive
+            )
+        return np.maximum(capacity, drive_time)
+
+    def saving(
+        self,
+        size_bytes: Any,
+        lifetime_s: Any,
+        ops: Any,
+        io_bytes: Any = 0.0,
+        write_bytes: Any = 0.0,
+    ) -> np.ndarray:
+        """US dollars saved by putting each file on SSD rather than HDD (may be negative)."""
+        return self.hdd_cost(size_bytes, lifetime_s, ops, io_bytes) - self.ssd_cost(
+            size_bytes, lifetime_s, write_bytes
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        """Parameters as a JSON-ready mapping."""
+        return dataclasses.asdict(self)

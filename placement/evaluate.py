@@ -1,0 +1,599 @@
+"""Held-out evaluation of learned placement against heuristics and the oracle.
+
+Protocol
+--------
+1. Unusable rows are dropped and counted (:func:`~placement.features.clean_table`).
+2. Features come from :func:`~placement.features.build_features` with a history of
+   the whole log, which gives each file only runs finished before it was created.
+3. Split (:class:`Split`), so the test holds what the model never trained on:
+
+   ``pipeline``
+       Grouped k-fold over pipelines: each fold's model is trained on the other
+       pipelines' rows and predicts the held-out pipelines. Every row gets a
+       prediction from a model that never saw its pipeline, and the whole log is
+       replayed. (History features of a held-out pipeline's *earlier runs* are
+       still used, as a live service would; its first run has none.)
+   ``time``
+       The last ``test_fraction`` of each pipeline's runs (by start time) are held
+       out; one model (and per-pipeline models) trained on the earlier runs; only
+       the held-out rows are replayed.
+
+4. Each policy (:mod:`placement.policy`) replays the test rows
+   (:func:`~placement.simulator.simulate`) at SSD budgets that are shares of the
+   test rows' peak live bytes (default 1, 2, 5, 10, 20%).
+5. Reported: savings against all-HDD per policy and budget, the LightGBM policy's share
+   of the oracle's savings and its ratio to the best heuristic, Spearman rank
+   correlation of predicted against true density on the test rows, and (with
+   ``measure=True``) the model's decision latency, file size and memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import os
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from placement.cost import CostModel
+from placement.errors import PlacementError
+from placement.features import (
+    HistoryStore,
+    build_features,
+    clean_table,
+    features_from_request,
+    log_density,
+)
+from placement.model import DensityModel, ModelParams
+from placement.policy import (
+    AdaptiveThresholdPolicy,
+    AllHDDPolicy,
+    FirstFitPolicy,
+    SmallFilesFirstPolicy,
+    StageHistoryPolicy,
+)
+from placement.simulator import SimulationResult, Trace, peak_live_bytes, simulate
+
+__all__ = [
+    "DEFAULT_BUDGETS",
+    "HEURISTICS",
+    "EvaluationConfig",
+    "EvaluationResult",
+    "Split",
+    "evaluate",
+    "measure_decisions",
+    "split_masks",
+    "stage_history_prediction",
+]
+
+DEFAULT_BUDGETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.10, 0.20)
+#: Policies counted as heuristics when comparing against the learned policy.
+HEURISTICS: tuple[str, ...] = ("first-fit", "small-files-first", "stage-history")
+
+
+class EvaluationError(PlacementError, ValueError):
+    """The log cannot be evaluated as asked (too few pipelines or runs, bad settings)."""
+
+
+class Split(str, enum.Enum):
+    """How the test rows are held out (see the module docstring)."""
+
+    PIPELINE = "pipeline"
+    TIME = "time"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvaluationConfig:
+    """Settings of :func:`evaluate`.
+
+    Parameters
+    ----------
+    split : Split
+        ``pipeline`` (grouped k-fold over pipelines) or ``time`` (latest runs held out).
+    budgets : sequence of float
+        SSD budgets as shares of the test rows' peak live bytes, each in (0, 1].
+    folds : int
+        Folds of the pipeline split (at most the number of pipelines).
+    test_fraction : float
+        Share of each pipeline's runs held out by the time split, in (0, 1).
+    per_workload : bool
+        Also train per-pipeline models (time split only) and evaluate them.
+    params : ModelParams
+        LightGBM settings.
+    cost_model : CostModel
+        Prices.
+    policy_options : dict
+        Keyword options of :class:`~placement.policy.AdaptiveThresholdPolicy`, shared by
+        every policy built on it (LightGBM, stage history, small files first).
+    """
+
+    split: Split = Split.PIPELINE
+    budgets: tuple[float, ...] = DEFAULT_BUDGETS
+    folds: int = 4
+    test_fraction: float = 1 / 3
+    per_workload: bool = True
+    params: ModelParams = dataclasses.field(default_factory=ModelParams)
+    cost_model: CostModel = dataclasses.field(default_factory=CostModel)
+    policy_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "split", Split(self.split))
+        except ValueError:
+            raise EvaluationError(
+                f"split={self.split!r} must be one of {[s.value for s in Split]}"
+            ) from None
+        budgets = tuple(float(b) for b in self.budgets)
+        if not budgets or any(not (0 < b <= 1) for b in budgets):
+            raise EvaluationError(
+                f"budgets={self.budgets!r} must be shares in (0, 1], e.g. (0.01, 0.05)"
+            )
+        object.__setattr__(self, "budgets", budgets)
+        if not isinstance(self.folds, int) or self.folds < 2:
+            raise EvaluationError(f"folds={self.folds!r} must be an int >= 2")
+        if not 0 < self.test_fraction < 1:
+            raise EvaluationError(f"test_fraction={self.test_fraction!r} must be in (0, 1)")
+        AdaptiveThresholdPolicy(0, **self.policy_options)  # validates the options
+
+
+@dataclasses.dataclass
+class EvaluationResult:
+    """Everything :func:`evaluate` measured (JSON-ready through :meth:`to_dict`)."""
+
+    config: dict[str, Any]
+    rows: dict[str, Any]
+    peak_live_bytes: int
+    savings: dict[str, dict[str, float]]  # policy -> budget label -> savings fraction
+    simulations: list[dict[str, Any]]
+    spearman: dict[str, float]
+    goals: dict[str, Any]
+    feature_importances: dict[str, float]
+    decisions: dict[str, Any] = dataclasses.field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def table(self) -> str:
+        """The savings table as text (savings against all-HDD, % of its TCO)."""
+        labels = list(next(iter(self.savings.values())).keys()) if self.savings else []
+        head = ["policy"] + [f"{b} SSD" for b in labels]
+        rows = [
+            [name] + [f"{100 * v:6.2f}%" for v in per.values()]
+            for name, per in self.savings.items()
+        ]
+        widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+        lines = [
+            "  ".join(
+                str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+            for r in [head] + rows
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def plot(self, path: str | os.PathLike[str]) -> Path:
+        """Savings against SSD budget, one line per policy, as a PNG."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        budgets = [float(b) for b in self.config["budgets"]]
+        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+        styles = {"oracle": "k--", "lightgbm": "C3-o", "lightgbm-per-workload": "C4-s"}
+        for name, per in self.savings.items():
+            if name == "all-hdd":
+                continue
+            ax.plot(
+                [100 * b for b in budgets],
+                [100 * v for v in per.values()],
+                styles.get(name, "-^"),
+                label=name,
+                linewidth=2 if name in styles else 1.2,
+            )
+        ax.set_xscale("log")
+        ax.set_xticks([100 * b for b in budgets], [f"{100 * b:g}%" for b in budgets])
+        ax.set_xlabel("SSD budget (share of peak live bytes)")
+        ax.set_ylabel("TCO savings vs all-HDD (%)")
+        ax.set_title(
+            f"Placement savings, {self.config['split']} split ({self.rows['test']} test files)"
+        )
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out)
+        plt.close(fig)
+        return out
+
+    def write(
+        self, directory: str | os.PathLike[str], stem: str = "placement-eval"
+    ) -> dict[str, Path]:
+        """Write ``<stem>.json``, ``<stem>.txt`` (the table) and ``<stem>.png`` into ``directory``."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = {"json": d / f"{stem}.json", "table": d / f"{stem}.txt", "png": d / f"{stem}.png"}
+        paths["json"].write_text(json.dumps(self.to_dict(), indent=2, default=_json_default))
+        paths["table"].write_text(self.table() + "\n")
+        self.plot(paths["png"])
+        return paths
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    return str(value)
+
+
+def _budget_label(b: float) -> str:
+    return f"{100 * b:g}%"
+
+
+def split_masks(df: pd.DataFrame, config: EvaluationConfig) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) boolean row masks of each fold of the configured split."""
+    pipes = df["pipeline"].astype(str).to_numpy()
+    names = sorted(set(pipes))
+    if config.split is Split.PIPELINE:
+        if len(names) < 2:
+            raise EvaluationError(
+                f"the pipeline split needs at least 2 pipelines; the log has {names}; use --split time"
+            )
+        k = min(config.folds, len(names))
+        # deterministic round-robin over pipelines ordered by name
+        folds = []
+        for f in range(k):
+            held = set(names[f::k])
+            test = np.isin(pipes, list(held))
+            folds.append((~test, test))
+        return folds
+    starts = df.groupby("run_id")["created_at"].transform("min").to_numpy()
+    test = np.zeros(len(df), dtype=bool)
+    run_ids = df["run_id"].astype(str).to_numpy()
+    for name in names:
+        mask = pipes == name
+        runs = pd.Series(starts[mask], index=run_ids[mask]).groupby(level=0).min().sort_values()
+        n_test = math.floor(len(runs) * config.test_fraction)
+        if len(runs) >= 2:
+            n_test = max(1, n_test)
+        held = set(runs.index[len(runs) - n_test :]) if n_test else set()
+        test |= mask & np.isin(run_ids, list(held))
+    if not test.any() or test.all():
+        raise EvaluationError(
+            "the time split found no runs to hold out (each pipeline needs >= 2 runs); use --split pipeline"
+        )
+    return [(~test, test)]
+
+
+def stage_history_prediction(features: pd.DataFrame) -> np.ndarray:
+    """The stage-history heuristic's density estimate: the mean log density of the file's
+    (pipeline, stage) in earlier runs, else of its stage name, (kind, operator), pipeline."""
+    est = features["h_ps_ld"].copy()
+    for col in ("h_s_ld", "h_ko_ld", "h_p_ld"):
+        est = est.fillna(features[col])
+    return est.to_numpy(np.float64)
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3:
+        return math.nan
+    return float(spearmanr(a[ok], b[ok]).statistic)
+
+
+def evaluate(
+    table: pa.Table | pd.DataFrame,
+    config: EvaluationConfig | None = None,
+    *,
+    progress: bool = False,
+    measure: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> EvaluationResult:
+    """Train on part of ``table``, replay the rest through every policy; see the module docstring.
+
+    Parameters
+    ----------
+    table : pyarrow.Table or pandas.DataFrame
+        Log rows (bad rows are dropped and counted).
+    config : EvaluationConfig, optional
+        Settings.
+    progress : bool
+        Show progress bars.
+    measure : bool
+        Also measure decision latency, model file size and predictor memory.
+    log : callable, optional
+        Called with one-line progress messages.
+    """
+    start = time.perf_counter()
+    config = config or EvaluationConfig()
+    say = log or (lambda _msg: None)
+    df, issues = clean_table(table)
+    if len(df) == 0:
+        raise EvaluationError("no usable log rows to evaluate")
+    history = HistoryStore.from_table(df)
+    features = build_features(df, history)
+    target = log_density(df)
+    folds = split_masks(df, config)
+    pipes = df["pipeline"].astype(str).to_numpy()
+
+    pred = np.full(len(df), np.nan)
+    pred_pw = np.full(len(df), np.nan)
+    test = np.zeros(len(df), dtype=bool)
+    importances: dict[str, float] = {}
+    model_for_measure: DensityModel | None = None
+    for k, (train, held) in enumerate(folds):
+        say(
+            f"fold {k + 1}/{len(folds)}: training on {int(train.sum())} rows, testing {int(held.sum())}"
+        )
+        model = DensityModel(config.params).fit_features(features.loc[train], target[train])
+        pred[held] = model.predict(features.loc[held])
+        test |= held
+        for name, v in model.feature_importances("gain").items():
+            importances[name] = importances.get(name, 0.0) + v / len(folds)
+        model_for_measure = model_for_measure or model
+        if config.split is Split.TIME and config.per_workload:
+            pred_pw[held] = pred[held]
+            for name in sorted(set(pipes[held])):
+                tr = train & (pipes == name)
+                if tr.sum() >= 100:
+                    m = DensityModel(config.params).fit_features(features.loc[tr], target[tr])
+                    te = held & (pipes == name)
+                    pred_pw[te] = m.predict(features.loc[te])
+
+    tdf = df.loc[test].reset_index(drop=True)
+    trace = Trace.from_clean(tdf)
+    peak = peak_live_bytes(trace)
+    true_ld = target[test]
+    preds: dict[str, np.ndarray] = {
+        "lightgbm": pred[test],
+        "stage-history": stage_history_prediction(features.loc[test]),
+    }
+    if config.split is Split.TIME and config.per_workload:
+        preds["lightgbm-per-workload"] = pred_pw[test]
+    spearman = {name: _spearman(p, true_ld) for name, p in preds.items()}
+    spearman["small-files-first"] = _spearman(
+        -features.loc[test, "log_expected_size"].to_numpy(), true_ld
+    )
+
+    opts = config.policy_options
+    policies: list[tuple[str, Callable[[int], Any], np.ndarray | None]] = [
+        ("all-hdd", lambda cap: AllHDDPolicy(), None),
+        ("first-fit", lambda cap: FirstFitPolicy(cap), None),
+        ("small-files-first", lambda cap: SmallFilesFirstPolicy(cap, **opts), None),
+        ("stage-history", lambda cap: StageHistoryPolicy(cap, **opts), preds["stage-history"]),
+        (
+            "lightgbm",
+            lambda cap: _named(AdaptiveThresholdPolicy(cap, **opts), "lightgbm"),
+            preds["lightgbm"],
+        ),
+    ]
+    if "lightgbm-per-workload" in preds:
+        policies.append(
+            (
+                "lightgbm-per-workload",
+                lambda cap: _named(AdaptiveThresholdPolicy(cap, **opts), "lightgbm-per-workload"),
+                preds["lightgbm-per-workload"],
+            )
+        )
+    policies.append(
+        (
+            "threshold+true-density",
+            lambda cap: _named(AdaptiveThresholdPolicy(cap, **opts), "threshold+true-density"),
+            true_ld,
+        )
+    )
+    policies.append(("oracle", lambda cap: trace.oracle(cap, config.cost_model), None))
+
+    sims: list[dict[str, Any]] = []
+    savings: dict[str, dict[str, float]] = {name: {} for name, _, _ in policies}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(policies) * len(config.budgets), desc="evaluate", unit="replay")
+    for b in config.budgets:
+        cap = int(b * peak)
+        for name, make, p in policies:
+            sim: SimulationResult = simulate(
+                trace, make(cap), config.cost_model, cap, predictions=p
+            )
+            sim.policy = name
+            d = sim.to_dict()
+            d["budget"] = b
+            sims.append(d)
+            savings[name][_budget_label(b)] = sim.savings_fraction
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+
+    goals = _goals(savings, config.budgets)
+    result = EvaluationResult(
+        config={
+            "split": config.split.value,
+            "budgets": list(config.budgets),
+            "folds": len(folds),
+            "test_fraction": config.test_fraction if config.split is Split.TIME else None,
+            "params": dataclasses.asdict(config.params),
+            "cost_model": config.cost_model.to_dict(),
+            "policy_options": dict(config.policy_options),
+        },
+        rows={
+            "total": issues.total_rows,
+            "dropped": issues.to_dict(),
+            "usable": len(df),
+            "test": int(test.sum()),
+            "train_per_fold": [int(tr.sum()) for tr, _ in folds],
+            "pipelines": sorted(set(pipes)),
+            "test_pipelines": sorted(set(pipes[test])),
+            "runs": int(df["run_id"].nunique()),
+            "test_runs": int(tdf["run_id"].nunique()),
+        },
+        peak_live_bytes=peak,
+        savings=savings,
+        simulations=sims,
+        spearman=spearman,
+        goals=goals,
+        feature_importances=dict(sorted(importances.items(), key=lambda kv: -kv[1])),
+    )
+    if measure and model_for_measure is not None:
+        say("measuring decision latency, model size and memory")
+        result.decisions = measure_decisions(model_for_measure, df, history)
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _named(policy: Any, name: str) -> Any:
+    policy.name = name
+    return policy
+
+
+def _goals(savings: dict[str, dict[str, float]], budgets: Sequence[float]) -> dict[str, Any]:
+    """LightGBM's share of the oracle's savings and its ratio to the best heuristic, per budget."""
+    out: dict[str, Any] = {}
+    for b in budgets:
+        label = _budget_label(b)
+        lgbm = savings["lightgbm"][label]
+        oracle = savings["oracle"][label]
+        best_name = max(HEURISTICS, key=lambda h: savings[h][label])
+        best = savings[best_name][label]
+        out[label] = {
+            "lightgbm": lgbm,
+            "oracle": oracle,
+            "oracle_capture": lgbm / oracle if oracle > 0 else math.nan,
+            "best_heuristic": best_name,
+            "best_heuristic_savings": best,
+            "ratio_to_best_heuristic": lgbm / best if best > 0 else math.inf,
+        }
+        if "lightgbm-per-workload" in savings:
+            pw = savings["lightgbm-per-workload"][label]
+            out[label]["per_workload"] = pw
+            out[label]["per_workload_oracle_capture"] = pw / oracle if oracle > 0 else math.nan
+    five = out.get("5%")
+    if five is not None:
+        out["goal_oracle_capture_85pct_at_5pct"] = bool(five["oracle_capture"] >= 0.85)
+        out["goal_1_5x_best_heuristic_at_5pct"] = bool(five["ratio_to_best_heuristic"] >= 1.5)
+    return out
+
+
+_RSS_PROBE = """
+import sys, numpy as np, psutil, lightgbm
+from placement.model import DensityModel
+from placement.features import FEATURE_COLUMNS
+p = psutil.Process()
+before = p.memory_info().rss
+m = DensityModel.load(sys.argv[1])
+x = np.random.default_rng(0).normal(size=(10000, len(FEATURE_COLUMNS)))
+m.predict(x)
+for row in x[:1000]:
+    m.predict_one(row)
+print(before, p.memory_info().rss)
+"""
+
+
+def _fresh_process_rss(model_dir: str) -> tuple[int, int]:
+    """RSS (bytes) of a fresh Python process with LightGBM imported, before and after it
+    loads the model and predicts 10k rows in a batch and 1k one by one."""
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _RSS_PROBE, model_dir],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout.split()
+        return int(out[0]), int(out[1])
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+        return (0, 0)
+
+
+def measure_decisions(
+    model: DensityModel,
+    df: pd.DataFrame,
+    history: HistoryStore,
+    *,
+    single: int = 2000,
+    batch_rows: int = 200_000,
+) -> dict[str, Any]:
+    """Decision latency (single and batched), model file size and predictor memory.
+
+    * single: :func:`features_from_request` + :meth:`DensityModel.predict_one` per
+      file, median and p99 over ``single`` files, in microseconds; also the model call
+      alone.
+    * batched: :meth:`DensityModel.predict` over ``batch_rows`` feature rows (tiled),
+      files per second (every thread, and one thread).
+    * size: bytes of the saved model directory.
+    * memory: RSS growth of a fresh process (LightGBM already imported) that loads the
+      model and predicts (psutil), and the peak Python-heap allocation of loading it
+      (tracemalloc), in bytes.
+    """
+
+    rows = df.head(single).to_dict("records")
+    # single path
+    lat_full: list[float] = []
+    lat_model: list[float] = []
+    for row in rows:
+        t0 = time.perf_counter_ns()
+        x = features_from_request(row, history)
+        t1 = time.perf_counter_ns()
+        model.predict_one(x)
+        t2 = time.perf_counter_ns()
+        lat_full.append((t2 - t0) / 1e3)
+        lat_model.append((t2 - t1) / 1e3)
+    feats = build_features(df, history).to_numpy(np.float64)
+    reps = max(1, batch_rows // max(len(feats), 1))
+    big = np.tile(feats, (reps, 1))[:batch_rows]
+    model.predict(big[:1000])  # warm
+    s0 = time.perf_counter()
+    model.predict(big)
+    batch_all = len(big) / (time.perf_counter() - s0)
+    s0 = time.perf_counter()
+    model.predict(big, num_threads=1)
+    batch_one = len(big) / (time.perf_counter() - s0)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save(tmp)
+        size = model.file_bytes
+        tracemalloc.start()
+        loaded = DensityModel.load(tmp)
+        _, traced_peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        rss = _fresh_process_rss(tmp)
+    return {
+        "single_us_p50": float(np.percentile(lat_full, 50)),
+        "single_us_p99": float(np.percentile(lat_full, 99)),
+        "single_model_only_us_p50": float(np.percentile(lat_model, 50)),
+        "single_model_only_us_p99": float(np.percentile(lat_model, 99)),
+        "single_samples": len(lat_full),
+        "batched_per_s": batch_all,
+        "batched_per_s_one_thread": batch_one,
+        "batched_rows": len(big),
+        "model_file_bytes": size,
+        "trees": loaded.booster.num_trees(),
+        "predictor_rss_before_bytes": rss[0],
+        "predictor_rss_delta_bytes": max(0, rss[1] - rss[0]),
+        "predictor_load_python_heap_peak_bytes": traced_peak,
+    }

@@ -1,0 +1,564 @@
+"""Creation-time features of a temporary file, for predicting its I/O density.
+
+A placement decision is made when a file is created, so a feature may use only
+
+* the file's **creation-time columns** of the log schema
+  (:data:`placement.schema.CREATION_COLUMNS`: kind, operator, expected size,
+  partition counts, input bytes, priority, memory pressure, cluster width), and
+* the **history** of earlier runs: per (pipeline, stage), stage, pipeline, and
+  (file kind, operator) statistics of the density, lifetime, size and operation
+  rate of files whose run had *finished* before this file was created
+  (:class:`HistoryStore`).
+
+No outcome column (:data:`placement.schema.OUTCOME_COLUMNS`) of the file itself, nor of
+any file of its own run, ever enters its features. ``tests/placement/test_features.py``
+guards this by shuffling the outcome columns of a run and checking that its features
+do not change.
+
+Categorical columns (``file_kind``, ``operator``) are coded with fixed tables
+(:data:`FILE_KINDS`, :data:`OPERATORS`); a value outside them is coded as missing
+(``NaN``), so features never depend on the data they were built from. Stage and
+pipeline names enter only through the history statistics: they carry over to new
+pipelines whose stages share names (``getitem``, ``shuffle-barrier``...) and never
+become ids a model could memorise.
+
+Units: every ``log_*`` feature is a base-10 logarithm (sizes in bytes, lifetimes in
+seconds, densities in operations per byte per second, rates in operations per second).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from placement.errors import SchemaError
+from placement.schema import MIN_LIFETIME_S, MIN_SIZE_BYTES, REQUIRED_COLUMNS, io_density
+
+__all__ = [
+    "CATEGORICAL_FEATURES",
+    "FEATURE_COLUMNS",
+    "FILE_KINDS",
+    "HISTORY_LEVELS",
+    "OPERATORS",
+    "HistoryStore",
+    "RowIssues",
+    "build_features",
+    "clean_table",
+    "features_from_request",
+    "log_density",
+]
+
+#: Codes of the ``file_kind`` column (the values the log schema allows).
+FILE_KINDS: tuple[str, ...] = ("spill", "shuffle", "rechunk", "cache_shard", "other")
+#: Codes of the ``operator`` column; any other operator is coded as missing.
+OPERATORS: tuple[str, ...] = (
+    "shuffle",
+    "groupby",
+    "merge",
+    "set_index",
+    "sort",
+    "rechunk",
+    "matmul",
+    "bag",
+    "reuse",
+    "cache",
+)
+_KIND_CODE = {k: float(i) for i, k in enumerate(FILE_KINDS)}
+_OP_CODE = {k: float(i) for i, k in enumerate(OPERATORS)}
+
+#: History levels: name -> key columns. Statistics of earlier runs are kept per key.
+HISTORY_LEVELS: dict[str, tuple[str, ...]] = {
+    "ps": ("pipeline", "stage"),
+    "s": ("stage",),
+    "p": ("pipeline",),
+    "ko": ("file_kind", "operator"),
+}
+#: Statistics kept per history key (means over files of earlier runs).
+_STATS = ("n", "ld", "sd", "llife", "lrate", "lsize")
+
+_BASE_FEATURES = (
+    "file_kind",
+    "operator",
+    "log_expected_size",
+    "n_partitions_in",
+    "n_partitions_out",
+    "log_input_bytes",
+    "log_input_per_partition",
+    "priority",
+    "memory_pressure",
+    "n_workers",
+)
+_HISTORY_FEATURES = tuple(
+    f"h_{level}_{stat}"
+    for level in HISTORY_LEVELS
+    for stat in (
+        ("n", "ld", "sd", "llife", "lrate", "lsize") if level == "ps" else ("n", "ld", "lrate")
+    )
+) + (
+    # density the history's operation rate implies for this file's expected size
+    "h_ps_rate_density",
+    "h_s_rate_density",
+    "h_ko_rate_density",
+    # this file's expected size against the typical size of its (pipeline, stage)
+    "h_ps_size_ratio",
+)
+
+#: The model's input columns, in order. Creation-time facts and history only.
+FEATURE_COLUMNS: tuple[str, ...] = _BASE_FEATURES + _HISTORY_FEATURES
+#: Feature columns holding category codes (LightGBM categorical features).
+CATEGORICAL_FEATURES: tuple[str, ...] = ("file_kind", "operator")
+
+_FEATURE_INDEX = {name: i for i, name in enumerate(FEATURE_COLUMNS)}
+
+
+# ------------------------------------------------------------------------- helpers
+def _as_frame(table: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    if isinstance(table, pd.DataFrame):
+        return table
+    if isinstance(table, pa.Table):
+        return table.to_pandas()
+    raise TypeError(
+        f"expected a pyarrow Table or pandas DataFrame of log rows, got {type(table).__name__}"
+    )
+
+
+def _log10_pos(values: Any, floor: float = 1.0) -> np.ndarray:
+    v = (
+        pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        if isinstance(values, pd.Series)
+        else np.asarray(values, dtype=np.float64)
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log10(np.maximum(v, floor))
+
+
+def _num(df: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in df.columns:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _str(df: pd.DataFrame, name: str) -> pd.Series:
+    if name not in df.columns:
+        return pd.Series([""] * len(df), index=df.index, dtype=object)
+    return df[name].astype(object).where(df[name].notna(), "").astype(str)
+
+
+def log_density(table: pa.Table | pd.DataFrame) -> np.ndarray:
+    """log10 of each row's I/O density (operations per byte per second), see :mod:`placement.schema`."""
+    df = _as_frame(table)
+    life = _num(df, "deleted_at") - _num(df, "created_at")
+    d = io_density(_num(df, "read_ops"), _num(df, "write_ops"), _num(df, "size_bytes"), life)
+    with np.errstate(divide="ignore"):
+        return np.log10(d)
+
+
+@dataclasses.dataclass
+class RowIssues:
+    """Rows dropped by :func:`clean_table`, counted by reason."""
+
+    total_rows: int = 0
+    dropped: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def n_dropped(self) -> int:
+        return int(sum(self.dropped.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total_rows": self.total_rows,
+            "dropped_rows": self.n_dropped,
+            "by_reason": dict(self.dropped),
+        }
+
+
+def clean_table(table: pa.Table | pd.DataFrame) -> tuple[pd.DataFrame, RowIssues]:
+    """Drop rows that cannot be used and count them by reason; never raises on bad rows.
+
+    A row is dropped when a required column is null, a time is not finite, it was
+    deleted before it was created, or a size or operation count is negative.
+
+    Returns
+    -------
+    (DataFrame, RowIssues)
+        The usable rows (index reset) and the count of dropped rows per reason.
+
+    Raises
+    ------
+    SchemaError
+        If a required column is missing altogether (the table is not a placement log).
+    """
+    df = _as_frame(table)
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise SchemaError(
+            f"log table lacks required column(s) {missing}; placement logs need {list(REQUIRED_COLUMNS)}"
+        )
+    issues = RowIssues(total_rows=len(df))
+    keep = np.ones(len(df), dtype=bool)
+
+    def drop(reason: str, bad: np.ndarray) -> None:
+        bad = bad & keep
+        n = int(bad.sum())
+        if n:
+            issues.dropped[reason] = issues.dropped.get(reason, 0) + n
+            keep[bad] = False
+
+    for col in REQUIRED_COLUMNS:
+        drop(f"null {col}", df[col].isna().to_numpy())
+    created, deleted = _num(df, "created_at"), _num(df, "deleted_at")
+    drop("non-finite time", ~(np.isfinite(created) & np.isfinite(deleted)))
+    drop("deleted before created", deleted < created)
+    for col in ("size_bytes", "read_ops", "write_ops", "read_bytes", "write_bytes"):
+        drop(f"negative {col}", _num(df, col) < 0)
+    out = df.loc[keep].reset_index(drop=True) if issues.n_dropped else df.reset_index(drop=True)
+    return out, issues
+
+
+# ------------------------------------------------------------------------- history
+class HistoryStore:
+    """Statistics of the density of files from earlier, finished runs.
+
+    For every history level (:data:`HISTORY_LEVELS`) and key (e.g. a (pipeline,
+    stage) pair) it keeps, per run, the count of files and sums of log10 density,
+    its square, log10 lifetime, log10 operation rate (operations per second of life)
+    and log10 size. A run counts as finished at its last file's deletion.
+
+    A file's history features (:meth:`features_for`) use only runs that had finished
+    *strictly before the file was created*; its own run is never among them (a run
+    finishes after each of its files is created). :meth:`lookup` (single decisions in
+    a live service) uses every run stored so far.
+
+    Parameters
+    ----------
+    table : pyarrow.Table or pandas.DataFrame, optional
+        Log rows to start from (see :meth:`add`).
+    """
+
+    def __init__(self, table: pa.Table | pd.DataFrame | None = None) -> None:
+        # per level: DataFrame of per-(run, key) sums with the run's end time
+        self._runs: dict[str, pd.DataFrame] = {}
+        self._latest: dict[str, dict[tuple[str, ...], np.ndarray]] | None = None
+        self._run_ids: set[str] = set()
+        if table is not None:
+            self.add(table)
+
+    @classmethod
+    def from_table(cls, table: pa.Table | pd.DataFrame) -> HistoryStore:
+        """A store holding every run of ``table``."""
+        return cls(table)
+
+    @property
+    def n_runs(self) -> int:
+        """Runs stored."""
+        return len(self._run_ids)
+
+    def add(self, table: pa.Table | pd.DataFrame) -> None:
+        """Add the rows of finished runs (rows of a run already stored are added to it)."""
+        df, _ = clean_table(table)
+        if df.empty:
+            return
+        life = _num(df, "deleted_at") - _num(df, "created_at")
+        size = np.maximum(_num(df, "size_bytes"), MIN_SIZE_BYTES)
+        ops = _num(df, "read_ops") + _num(df, "write_ops")
+        lifef = np.maximum(life, MIN_LIFETIME_S)
+        ld = np.log10(io_density(_num(df, "read_ops"), _num(df, "write_ops"), size, life))
+        base = pd.DataFrame(
+            {
+                "run_id": _str(df, "run_id").to_numpy(),
+                "pipeline": _str(df, "pipeline").to_numpy(),
+                "stage": _str(df, "stage").to_numpy(),
+                "file_kind": _str(df, "file_kind").to_numpy(),
+                "operator": _str(df, "operator").to_numpy(),
+                "n": 1.0,
+                "ld": ld,
+                "ld2": ld * ld,
+                "llife": np.log10(lifef),
+                "lrate": np.log10(np.maximum(ops, 1.0) / lifef),
+                "lsize": np.log10(size),
+                "deleted_at": _num(df, "deleted_at"),
+            }
+        )
+        end = base.groupby("run_id", sort=False)["deleted_at"].max()
+        self._run_ids.update(end.index)
+        sums = ["n", "ld", "ld2", "llife", "lrate", "lsize"]
+        for level, keys in HISTORY_LEVELS.items():
+            agg = (
+                base.groupby(["run_id", *keys], sort=False, observed=True)[sums].sum().reset_index()
+            )
+            if level in self._runs:
+                agg = (
+                    pd.concat([self._runs[level].drop(columns=["end"]), agg])
+                    .groupby(["run_id", *keys], sort=False)[sums]
+                    .sum()
+                    .reset_index()
+                )
+            # a run's end is its last deletion over every level (recomputed over all rows)
+            agg["end"] = agg["run_id"].map(self._run_end(end, level))
+            self._runs[level] = agg
+        self._latest = None
+
+    def _run_end(self, end: pd.Series, level: str) -> pd.Series:
+        prev = self._runs.get(level)
+        if prev is None:
+            return end
+        old = prev.groupby("run_id")["end"].max()
+        return pd.concat([old, end]).groupby(level=0).max()
+
+    @staticmethod
+    def _stats(sums: pd.DataFrame) -> pd.DataFrame:
+        n = sums["n"].to_numpy(dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = sums["ld"].to_numpy() / n
+            var = np.maximum(sums["ld2"].to_numpy() / n - mean * mean, 0.0)
+            return pd.DataFrame(
+                {
+                    "n": np.log1p(n),
+                    "ld": mean,
+                    "sd": np.sqrt(var),
+                    "llife": sums["llife"].to_numpy() / n,
+                    "lrate": sums["lrate"].to_numpy() / n,
+                    "lsize": sums["lsize"].to_numpy() / n,
+                },
+                index=sums.index,
+            )
+
+    def features_for(self, table: pa.Table | pd.DataFrame) -> pd.DataFrame:
+        """History statistics of each row of ``table``, from runs finished before it was created.
+
+        Returns a DataFrame (same length and order as ``table``) with columns
+        ``h_<level>_<stat>``; a key without earlier runs gives ``NaN`` (and ``n`` 0).
+        """
+        df = _as_frame(table)
+        out = pd.DataFrame(index=pd.RangeIndex(len(df)))
+        at = _num(df, "created_at")
+        query = pd.DataFrame({"at": at, "_row": np.arange(len(df))})
+        for name in ("pipeline", "stage", "file_kind", "operator"):
+            query[name] = _str(df, name).to_numpy()
+        ok = np.isfinite(at)
+        q = query.loc[ok].sort_values("at", kind="stable")
+        for level, keys in HISTORY_LEVELS.items():
+            cols = [f"h_{level}_{s}" for s in _STATS]
+            result = np.full((len(df), len(_STATS)), np.nan)
+            result[:, 0] = 0.0
+            runs = self._runs.get(level)
+            if runs is not None and len(q):
+                r = runs.sort_values("end", kind="stable")
+                cum = r.groupby(list(keys), sort=False)[
+                    ["n", "ld", "ld2", "llife", "lrate", "lsize"]
+                ].cumsum()
+                cum[list(keys)] = r[list(keys)].to_numpy()
+                cum["end"] = r["end"].to_numpy()
+                cum = cum.sort_values("end", kind="stable")
+                merged = pd.merge_asof(
+                    q,
+                    cum,
+                    left_on="at",
+                    right_on="end",
+                    by=list(keys),
+                    allow_exact_matches=False,
+                    direction="backward",
+                )
+                found = merged["n"].notna().to_numpy()
+                stats = self._stats(
+                    merged.loc[found, ["n", "ld", "ld2", "llife", "lrate", "lsize"]]
+                )
+                rows = merged.loc[found, "_row"].to_numpy()
+                result[rows] = stats[list(_STATS)].to_numpy()
+            for j, c in enumerate(cols):
+                out[c] = result[:, j]
+        return out
+
+    def _latest_table(self) -> dict[str, dict[tuple[str, ...], np.ndarray]]:
+        if self._latest is None:
+            latest: dict[str, dict[tuple[str, ...], np.ndarray]] = {}
+            for level, keys in HISTORY_LEVELS.items():
+                runs = self._runs.get(level)
+                table: dict[tuple[str, ...], np.ndarray] = {}
+                if runs is not None:
+                    sums = runs.groupby(list(keys), sort=False)[
+                        ["n", "ld", "ld2", "llife", "lrate", "lsize"]
+                    ].sum()
+                    stats = self._stats(sums)[list(_STATS)]
+                    for key, row in zip(stats.index, stats.to_numpy(), strict=True):
+                        table[key if isinstance(key, tuple) else (key,)] = row
+                latest[level] = table
+            self._latest = latest
+        return self._latest
+
+    def lookup(
+        self, pipeline: str, stage: str, file_kind: str = "", operator: str = ""
+    ) -> dict[str, float]:
+        """History statistics of one key set over every stored run (for live decisions).
+
+        Returns a mapping ``h_<level>_<stat> -> value`` (``NaN`` where the key is unknown).
+        """
+        latest = self._latest_table()
+        values = {
+            "pipeline": pipeline or "",
+            "stage": stage or "",
+            "file_kind": file_kind or "",
+            "operator": operator or "",
+        }
+        out: dict[str, float] = {}
+        for level, keys in HISTORY_LEVELS.items():
+            row = latest[level].get(tuple(values[k] for k in keys))
+            for j, stat in enumerate(_STATS):
+                if row is None:
+                    out[f"h_{level}_{stat}"] = 0.0 if stat == "n" else math.nan
+                else:
+                    out[f"h_{level}_{stat}"] = float(row[j])
+        return out
+
+    def __repr__(self) -> str:
+        return f"<HistoryStore: {self.n_runs} runs>"
+
+
+# ------------------------------------------------------------------------- features
+def _derived(log_size: Any, hist: Mapping[str, Any], out: dict[str, Any]) -> None:
+    """Fill the derived history features (works on arrays and on scalars)."""
+    floor = math.log10(MIN_SIZE_BYTES)
+    ls = np.maximum(log_size, floor)
+    # density = operation rate / size; in logs: lrate - log size (a rate already divides by lifetime)
+    out["h_ps_rate_density"] = hist["h_ps_lrate"] - ls
+    out["h_s_rate_density"] = hist["h_s_lrate"] - ls
+    out["h_ko_rate_density"] = hist["h_ko_lrate"] - ls
+    out["h_ps_size_ratio"] = log_size - hist["h_ps_lsize"]
+
+
+def build_features(
+    table: pa.Table | pd.DataFrame, history: HistoryStore | None = None
+) -> pd.DataFrame:
+    """Feature matrix of log rows: one row per file, columns :data:`FEATURE_COLUMNS`.
+
+    Parameters
+    ----------
+    table : pyarrow.Table or pandas.DataFrame
+        Log rows (at least the id and creation-time columns; outcome columns are ignored).
+    history : HistoryStore, optional
+        Earlier runs; by default a store built from ``table`` itself. Either way a row
+        sees only runs that finished before it was created.
+
+    Returns
+    -------
+    pandas.DataFrame
+        float64 columns, ``NaN`` where a fact is unknown; same length and order as ``table``.
+    """
+    df = _as_frame(table)
+    if history is None:
+        history = HistoryStore.from_table(df)
+    n = len(df)
+    cols: dict[str, Any] = {}
+    cols["file_kind"] = (
+        _str(df, "file_kind").map(_KIND_CODE).to_numpy(dtype=np.float64, na_value=np.nan)
+    )
+    cols["operator"] = (
+        _str(df, "operator").map(_OP_CODE).to_numpy(dtype=np.float64, na_value=np.nan)
+    )
+    exp_size = _num(df, "expected_size_bytes")
+    log_size = _log10_pos(exp_size)
+    cols["log_expected_size"] = log_size
+    cols["n_partitions_in"] = _num(df, "n_partitions_in")
+    cols["n_partitions_out"] = _num(df, "n_partitions_out")
+    inp = _num(df, "input_bytes")
+    cols["log_input_bytes"] = _log10_pos(inp)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cols["log_input_per_partition"] = _log10_pos(
+            inp / np.maximum(cols["n_partitions_out"], 1.0)
+        )
+    cols["priority"] = _num(df, "priority")
+    cols["memory_pressure"] = _num(df, "memory_pressure")
+    cols["n_workers"] = _num(df, "n_workers")
+    hist = history.features_for(df)
+    for c in hist.columns:
+        if c in _FEATURE_INDEX:
+            cols[c] = hist[c].to_numpy()
+    _derived(log_size, {c: hist[c].to_numpy() for c in hist.columns}, cols)
+    out = pd.DataFrame(
+        {c: np.asarray(cols[c], dtype=np.float64) for c in FEATURE_COLUMNS}, index=pd.RangeIndex(n)
+    )
+    return out
+
+
+def _request_get(request: Any, name: str) -> Any:
+    if isinstance(request, Mapping):
+        value = request.get(name)
+    else:
+        value = getattr(request, name, None)
+    if value is not None and not isinstance(value, (str, int, float)):
+        value = getattr(value, "value", value)  # enums such as FileKind
+    return value
+
+
+def _f(value: Any) -> float:
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def features_from_request(request: Any, history: HistoryStore | None = None) -> np.ndarray:
+    """Feature row of one file about to be created (for single, live decisions).
+
+    Parameters
+    ----------
+    request : mapping or object
+        Creation-time facts by log-schema column name (a dict, a dataclass such as
+        ``placement.storage.FileRequest``, or any object with those attributes).
+        Missing facts become ``NaN``.
+    history : HistoryStore, optional
+        Earlier runs (every stored run counts); without it history features are unknown.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 vector in :data:`FEATURE_COLUMNS` order; pass it to
+        :meth:`placement.model.DensityModel.predict`. No pandas on this path.
+    """
+    row = np.full(len(FEATURE_COLUMNS), np.nan)
+    kind = _request_get(request, "file_kind")
+    op = _request_get(request, "operator")
+    row[0] = _KIND_CODE.get(str(kind), math.nan) if kind is not None else math.nan
+    row[1] = _OP_CODE.get(str(op), math.nan) if op is not None else math.nan
+    exp_size = _f(_request_get(request, "expected_size_bytes"))
+    log_size = math.log10(max(exp_size, 1.0)) if math.isfinite(exp_size) else math.nan
+    row[2] = log_size
+    p_in = _f(_request_get(request, "n_partitions_in"))
+    p_out = _f(_request_get(request, "n_partitions_out"))
+    inp = _f(_request_get(request, "input_bytes"))
+    row[3], row[4] = p_in, p_out
+    row[5] = math.log10(max(inp, 1.0)) if math.isfinite(inp) else math.nan
+    if math.isfinite(inp):
+        per = inp / max(p_out, 1.0) if math.isfinite(p_out) else inp
+        row[6] = math.log10(max(per, 1.0))
+    row[7] = _f(_request_get(request, "priority"))
+    row[8] = _f(_request_get(request, "memory_pressure"))
+    row[9] = _f(_request_get(request, "n_workers"))
+    if history is not None:
+        hist = history.lookup(
+            str(_request_get(request, "pipeline") or ""),
+            str(_request_get(request, "stage") or ""),
+            str(kind or ""),
+            str(op or ""),
+        )
+    else:
+        hist = {
+            f"h_{lv}_{s}": (0.0 if s == "n" else math.nan) for lv in HISTORY_LEVELS for s in _STATS
+        }
+    for name, value in hist.items():
+        j = _FEATURE_INDEX.get(name)
+        if j is not None:
+            row[j] = value
+    derived: dict[str, Any] = {}
+    _derived(log_size if math.isfinite(log_size) else math.nan, hist, derived)
+    for name, value in derived.items():
+        row[_FEATURE_INDEX[name]] = value
+    return row

@@ -1,0 +1,241 @@
+"""Writing and reading placement I/O logs (Parquet files with :data:`placement.schema.SCHEMA`).
+
+A :class:`LogWriter` buffers rows in memory and writes them as one Parquet file per
+flush, named ``<prefix>-<sequence>.parquet``. Every writer has its own prefix (host,
+process id and a random token), so writers of different worker processes sharing one
+log directory never write the same file. A file is written under a temporary name
+(``.<name>.tmp``) and renamed when complete: a crash loses at most the rows not yet
+flushed and never leaves a torn Parquet file under a ``.parquet`` name.
+
+Flushes happen when ``max_rows`` rows are buffered, when a row arrives ``max_interval_s``
+seconds after the last flush, on :meth:`LogWriter.maybe_flush` (called periodically by
+the worker plugin) and on :meth:`LogWriter.close`. A flush that fails keeps its rows
+buffered for the next attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from placement.errors import PlacementError, SchemaError
+from placement.schema import SCHEMA, conform
+
+logger = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".parquet"
+
+
+class LogWriteError(PlacementError, OSError):
+    """A log file could not be written; the rows stay buffered."""
+
+
+class LogWriter:
+    """Buffers log rows and writes them to Parquet files in ``directory``.
+
+    Parameters
+    ----------
+    directory : str or Path
+        Where log files go (created if missing); may be shared by many writers.
+    prefix : str, optional
+        File-name prefix; default ``<host>-<pid>-<token>``, unique per writer.
+    max_rows : int, optional
+        Flush when this many rows are buffered (default 2000).
+    max_interval_s : float, optional
+        Flush when a row arrives this many seconds after the last flush (default 30).
+    clock : callable, optional
+        Monotonic clock in seconds, for the interval.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        prefix: str | None = None,
+        max_rows: int = 2000,
+        max_interval_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(max_rows, int) or max_rows < 1:
+            raise ValueError(f"max_rows={max_rows!r} must be a positive int")
+        if not (isinstance(max_interval_s, (int, float)) and max_interval_s > 0):
+            raise ValueError(
+                f"max_interval_s={max_interval_s!r} must be a positive number of seconds"
+            )
+        self.directory = Path(directory)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LogWriteError(
+                exc.errno, f"cannot create the log directory {self.directory}: {exc.strerror}"
+            ) from exc
+        if prefix is None:
+            prefix = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        if not prefix or "/" in prefix or prefix.startswith("."):
+            raise ValueError(f"prefix={prefix!r} must be a plain file-name prefix")
+        self.prefix = prefix
+        self.max_rows = max_rows
+        self.max_interval_s = float(max_interval_s)
+        self._clock = clock
+        self._rows: list[Mapping[str, Any]] = []
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._last_flush = clock()
+        self._seq = 0
+        self._closed = False
+        #: Rows written to files so far.
+        self.rows_written = 0
+        #: Files written so far.
+        self.files: list[Path] = []
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Buffer one row (schema column -> value); flush if the buffer is due. Thread-safe."""
+        with self._lock:
+            if self._closed:
+                raise LogWriteError(f"log writer {self.prefix} is closed")
+            self._rows.append(row)
+            due = len(self._rows) >= self.max_rows or (
+                self._clock() - self._last_flush >= self.max_interval_s
+            )
+        if due:
+            self._flush_logged()
+
+    def maybe_flush(self) -> Path | None:
+        """Flush if rows are buffered and ``max_interval_s`` has passed; never raises."""
+        with self._lock:
+            due = bool(self._rows) and self._clock() - self._last_flush >= self.max_interval_s
+        return self._flush_logged() if due else None
+
+    def _flush_logged(self) -> Path | None:
+        try:
+            return self.flush()
+        except LogWriteError:
+            logger.exception("writing placement log rows failed; they stay buffered")
+            return None
+
+    @property
+    def pending(self) -> int:
+        """Rows buffered and not yet written."""
+        with self._lock:
+            return len(self._rows)
+
+    def flush(self) -> Path | None:
+        """Write the buffered rows to a new Parquet file now.
+
+        Returns
+        -------
+        Path or None
+            The file written, or ``None`` when nothing was buffered.
+
+        Raises
+        ------
+        LogWriteError
+            If the file cannot be written; the rows stay buffered.
+        SchemaError
+            If a row does not fit the log schema (the rows are dropped and counted in
+            the message, since retrying cannot fix them).
+        """
+        with self._flush_lock:
+            with self._lock:
+                rows, self._rows = self._rows, []
+                self._last_flush = self._clock()
+            if not rows:
+                return None
+            try:
+                table = pa.Table.from_pylist([dict(r) for r in rows], schema=SCHEMA)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:
+                raise SchemaError(
+                    f"{len(rows)} log row(s) do not fit the log schema: {exc}"
+                ) from exc
+            self._seq += 1
+            name = f"{self.prefix}-{self._seq:06d}{LOG_SUFFIX}"
+            final = self.directory / name
+            tmp = self.directory / f".{name}.tmp"
+            try:
+                pq.write_table(table, tmp)
+                os.replace(tmp, final)
+            except OSError as exc:
+                try:
+                    tmp.unlink()
+                except OSError:
+                    pass
+                with self._lock:
+                    self._rows[:0] = rows
+                raise LogWriteError(exc.errno, f"writing log file {final} failed: {exc}") from exc
+            self.rows_written += len(rows)
+            self.files.append(final)
+            return final
+
+    def close(self) -> None:
+        """Flush the remaining rows; the writer accepts no more. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+        self.flush()
+        with self._lock:
+            self._closed = True
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<LogWriter {self.directory}/{self.prefix}-*: {self.rows_written} rows written>"
+
+
+@dataclass
+class LogSet:
+    """Rows read from a set of log files, and the files that could not be used."""
+
+    table: pa.Table
+    files: list[Path] = field(default_factory=list)
+    #: (path, reason) of every file skipped because it is unreadable or does not fit the schema.
+    bad_files: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def log_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The ``*.parquet`` log files at ``path`` (a file, or a directory searched recursively),
+    skipping in-progress ``.tmp`` files."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise FileNotFoundError(f"no log file or directory at {p}")
+    return sorted(f for f in p.rglob(f"*{LOG_SUFFIX}") if not f.name.startswith("."))
+
+
+def read_logs(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> LogSet:
+    """Read and concatenate log files, conforming each to the schema.
+
+    Files that cannot be read or do not fit the schema are skipped and listed in
+    :attr:`LogSet.bad_files`; they never stop the others from being read.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files: list[Path] = []
+    for p in paths:
+        files.extend(log_files(p))
+    tables: list[pa.Table] = []
+    good: list[Path] = []
+    bad: list[tuple[Path, str]] = []
+    for f in files:
+        try:
+            tables.append(conform(pq.read_table(f)))
+            good.append(f)
+        except (OSError, pa.ArrowException, SchemaError) as exc:
+            bad.append((f, f"{type(exc).__name__}: {exc}"))
+    table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    return LogSet(table=table, files=good, bad_files=bad)

@@ -1,0 +1,516 @@
+"""LightGBM model of a temporary file's I/O density, from creation-time features.
+
+:class:`DensityModel` is a gradient-boosted **regressor on log10(io_density)**
+(operations per byte per second, :mod:`placement.schema`). Why a regressor rather than
+a classifier over density classes: the policy compares predictions against a threshold
+that moves with SSD occupancy and recent traffic (:mod:`placement.policy`), so it needs
+a total order of files at any cut, not a few fixed class boundaries; density spans
+seven orders of magnitude, so the target is its logarithm, where squared error treats
+a 10x miss the same at every scale.
+
+:class:`ModelSet` holds per-workload (per-pipeline) models beside a global one and
+routes each file to its pipeline's model, falling back to the global model for any
+pipeline it has none for. Any saved :class:`DensityModel` directory can be plugged in
+for a pipeline (bring your own model).
+
+Files
+-----
+A model is a directory holding ``model.txt`` (LightGBM's text model) and ``model.json``
+(the sidecar: format name, model version, log schema version, feature list, training
+summary). :meth:`DensityModel.load` refuses, with :class:`~placement.errors.ModelError`
+naming the file and the fix, a missing or corrupt file, another format, a newer model
+version or schema version, and a feature list other than this code's
+:data:`~placement.features.FEATURE_COLUMNS`.
+
+Decision latency: :meth:`DensityModel.predict` of one feature row
+(:func:`~placement.features.features_from_request`) goes straight to
+``Booster.predict`` on a 1 x F float64 array with one thread, no pandas (~25 us on
+these machines); batches go through the same call with every thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from placement.errors import ModelError
+from placement.features import (
+    CATEGORICAL_FEATURES,
+    FEATURE_COLUMNS,
+    HistoryStore,
+    build_features,
+    clean_table,
+    log_density,
+)
+from placement.schema import SCHEMA_VERSION
+
+__all__ = ["MODEL_FORMAT", "MODEL_VERSION", "DensityModel", "ModelParams", "ModelSet"]
+
+MODEL_FORMAT = "dataplane.placement.density-model"
+MODEL_SET_FORMAT = "dataplane.placement.model-set"
+MODEL_VERSION = 1
+MODEL_FILE = "model.txt"
+META_FILE = "model.json"
+SET_FILE = "models.json"
+
+
+def _lgb() -> Any:
+    try:
+        import lightgbm
+    except ImportError as exc:  # pragma: no cover - lightgbm is a core dependency
+        raise ModelError("the placement model needs LightGBM: pip install 'lightgbm>=4'") from exc
+    return lightgbm
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelParams:
+    """LightGBM training settings (defaults suit thousands to millions of rows).
+
+    Parameters
+    ----------
+    n_estimators : int
+        Boosting rounds (trees).
+    learning_rate : float
+        Shrinkage per tree.
+    num_leaves : int
+        Leaves per tree.
+    min_data_in_leaf : int
+        Fewest rows in a leaf.
+    feature_fraction, bagging_fraction : float
+        Shares of features and rows sampled per tree, in (0, 1].
+    seed : int
+        Random seed (training is deterministic for a seed and thread count).
+    num_threads : int
+        Training threads; 0 lets LightGBM choose.
+    """
+
+    n_estimators: int = 300
+    learning_rate: float = 0.05
+    num_leaves: int = 31
+    min_data_in_leaf: int = 20
+    feature_fraction: float = 0.8
+    bagging_fraction: float = 0.8
+    seed: int = 0
+    num_threads: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("n_estimators", "num_leaves", "min_data_in_leaf"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < (2 if name == "num_leaves" else 1):
+                raise ValueError(f"ModelParams {name}={value!r} must be a positive int")
+        for name in ("learning_rate", "feature_fraction", "bagging_fraction"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise ValueError(f"ModelParams {name}={value!r} must be in (0, 1]")
+        if (
+            not isinstance(self.seed, int)
+            or not isinstance(self.num_threads, int)
+            or self.num_threads < 0
+        ):
+            raise ValueError("ModelParams seed must be an int and num_threads an int >= 0")
+
+    def lightgbm(self) -> dict[str, Any]:
+        """The LightGBM parameter dict."""
+        return {
+            "objective": "regression",
+            "learning_rate": self.learning_rate,
+            "num_leaves": self.num_leaves,
+            "min_data_in_leaf": self.min_data_in_leaf,
+            "feature_fraction": self.feature_fraction,
+            "bagging_fraction": self.bagging_fraction,
+            "bagging_freq": 1 if self.bagging_fraction < 1 else 0,
+            "seed": self.seed,
+            "deterministic": True,
+            "num_threads": self.num_threads,
+            "verbosity": -1,
+        }
+
+
+def _as_matrix(features: Any) -> np.ndarray:
+    """Features as a 2-D float64 array in FEATURE_COLUMNS order."""
+    if isinstance(features, pd.DataFrame):
+        missing = [c for c in FEATURE_COLUMNS if c not in features.columns]
+        if missing:
+            raise ModelError(
+                f"feature frame lacks {missing}; build it with placement.features.build_features"
+            )
+        return features.loc[:, list(FEATURE_COLUMNS)].to_numpy(np.float64)
+    arr = np.asarray(features, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr.reshape(1, -1)
+    if arr.ndim != 2 or arr.shape[1] != len(FEATURE_COLUMNS):
+        raise ModelError(
+            f"features have shape {arr.shape}; expected (rows, {len(FEATURE_COLUMNS)}) in "
+            "placement.features.FEATURE_COLUMNS order"
+        )
+    return arr
+
+
+class DensityModel:
+    """LightGBM regressor of log10 I/O density (see the module docstring).
+
+    Parameters
+    ----------
+    params : ModelParams, optional
+        Training settings.
+    """
+
+    def __init__(self, params: ModelParams | None = None) -> None:
+        self.params = params or ModelParams()
+        self.booster: Any = None
+        self.metadata: dict[str, Any] = {}
+        self.path: Path | None = None
+
+    # ------------------------------------------------------------------ training
+    def fit(
+        self, table: pa.Table | pd.DataFrame, history: HistoryStore | None = None
+    ) -> DensityModel:
+        """Train on log rows: features by :func:`~placement.features.build_features`,
+        target their log10 density. Invalid rows are dropped (see ``metadata``)."""
+        df, issues = clean_table(table)
+        if len(df) == 0:
+            raise ModelError("no usable log rows to train on")
+        features = build_features(df, history)
+        self.fit_features(features, log_density(df))
+        self.metadata["dropped_rows"] = issues.n_dropped
+        self.metadata["pipelines"] = sorted(map(str, df["pipeline"].unique()))
+        self.metadata["runs"] = int(df["run_id"].nunique())
+        return self
+
+    def fit_features(
+        self, features: Any, target: np.ndarray, weight: np.ndarray | None = None
+    ) -> DensityModel:
+        """Train on a feature matrix and log10-density targets."""
+        lgb = _lgb()
+        x = _as_matrix(features)
+        y = np.asarray(target, np.float64)
+        if len(y) != len(x):
+            raise ModelError(f"{len(x)} feature rows but {len(y)} targets")
+        ok = np.isfinite(y)
+        if not ok.any():
+            raise ModelError("no finite log-density targets to train on")
+        start = time.perf_counter()
+        data = lgb.Dataset(
+            x[ok],
+            y[ok],
+            weight=None if weight is None else np.asarray(weight, np.float64)[ok],
+            feature_name=list(FEATURE_COLUMNS),
+            categorical_feature=list(CATEGORICAL_FEATURES),
+            params={"verbosity": -1, "min_data_in_bin": 1},
+            free_raw_data=True,
+        )
+        try:
+            self.booster = lgb.train(
+                self.params.lightgbm(), data, num_boost_round=self.params.n_estimators
+            )
+        except lgb.basic.LightGBMError as exc:
+            raise ModelError(f"LightGBM training failed: {exc}") from exc
+        self.metadata = {
+            "format": MODEL_FORMAT,
+            "model_version": MODEL_VERSION,
+            "schema_version": SCHEMA_VERSION,
+            "feature_columns": list(FEATURE_COLUMNS),
+            "categorical_features": list(CATEGORICAL_FEATURES),
+            "target": "log10_io_density",
+            "target_units": "log10(operations per byte per second)",
+            "params": dataclasses.asdict(self.params),
+            "trained_rows": int(ok.sum()),
+            "train_seconds": time.perf_counter() - start,
+            "lightgbm_version": lgb.__version__,
+            "trained_at": time.time(),
+        }
+        return self
+
+    # ------------------------------------------------------------------ prediction
+    def _require(self) -> Any:
+        if self.booster is None:
+            raise ModelError(
+                "the density model is not trained: call fit() or DensityModel.load(path)"
+            )
+        return self.booster
+
+    def predict(self, features: Any, *, num_threads: int | None = None) -> np.ndarray:
+        """Predicted log10 density of each feature row.
+
+        Parameters
+        ----------
+        features : DataFrame, 2-D array or 1-D row
+            Rows in :data:`~placement.features.FEATURE_COLUMNS` order (a DataFrame by name).
+        num_threads : int, optional
+            Threads; default 1 for a single row (lowest latency) and LightGBM's
+            default for batches.
+        """
+        booster = self._require()
+        x = _as_matrix(features)
+        if num_threads is None:
+            num_threads = 1 if len(x) == 1 else 0
+        return np.asarray(booster.predict(x, num_threads=num_threads), dtype=np.float64)
+
+    def predict_one(self, row: np.ndarray) -> float:
+        """Predicted log10 density of one feature row (the single-decision path)."""
+        booster = self._require()
+        return float(booster.predict(np.asarray(row, np.float64).reshape(1, -1), num_threads=1)[0])
+
+    def predict_table(
+        self, table: pa.Table | pd.DataFrame, history: HistoryStore | None = None
+    ) -> np.ndarray:
+        """Predicted log10 density of each log row (features built from ``table`` and ``history``)."""
+        return self.predict(build_features(table, history))
+
+    def feature_importances(self, kind: str = "gain") -> dict[str, float]:
+        """Importance of each feature (``gain``: total loss reduction; ``split``: uses), sorted."""
+        if kind not in ("gain", "split"):
+            raise ValueError(f"kind={kind!r} must be 'gain' or 'split'")
+        booster = self._require()
+        values = booster.feature_importance(importance_type=kind)
+        pairs = sorted(
+            zip(booster.feature_name(), map(float, values), strict=True), key=lambda p: -p[1]
+        )
+        return dict(pairs)
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``model.txt`` and ``model.json`` into directory ``path`` (created).
+
+        Files are written under temporary names and renamed, so a crash never leaves a
+        torn model where a good one stood.
+        """
+        booster = self._require()
+        directory = Path(path)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            tmp_model = directory / f".{MODEL_FILE}.tmp"
+            tmp_meta = directory / f".{META_FILE}.tmp"
+            booster.save_model(str(tmp_model))
+            tmp_meta.write_text(json.dumps(self.metadata, indent=2, default=str))
+            os.replace(tmp_model, directory / MODEL_FILE)
+            os.replace(tmp_meta, directory / META_FILE)
+        except OSError as exc:
+            raise ModelError(f"cannot write the model to {directory}: {exc}") from exc
+        self.path = directory
+        return directory
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> DensityModel:
+        """Load a model directory written by :meth:`save` (or its ``model.json``/``model.txt``).
+
+        Raises
+        ------
+        ModelError
+            If a file is missing, unreadable or corrupt, or the model is incompatible.
+        """
+        lgb = _lgb()
+        p = Path(path)
+        directory = p.parent if p.name in (MODEL_FILE, META_FILE) else p
+        model_file, meta_file = directory / MODEL_FILE, directory / META_FILE
+        hint = "train one with `dataplane placement train LOGS... --out DIR`"
+        if not directory.is_dir():
+            raise ModelError(f"no model directory at {directory}; {hint}")
+        for f in (meta_file, model_file):
+            if not f.is_file():
+                raise ModelError(f"model file {f} is missing; {hint}")
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelError(
+                f"model sidecar {meta_file} is unreadable or not JSON ({exc}); {hint}"
+            ) from exc
+        if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
+            raise ModelError(
+                f"{meta_file} is not a placement density model (format "
+                f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected {MODEL_FORMAT!r}); {hint}"
+            )
+        version = meta.get("model_version")
+        if not isinstance(version, int) or version > MODEL_VERSION:
+            raise ModelError(
+                f"{meta_file} has model version {version!r}; this dataplane reads up to {MODEL_VERSION}: "
+                "upgrade dataplane or retrain the model"
+            )
+        schema_version = meta.get("schema_version")
+        if not isinstance(schema_version, int) or schema_version > SCHEMA_VERSION:
+            raise ModelError(
+                f"{meta_file} was trained on log schema version {schema_version!r}; this dataplane reads "
+                f"up to {SCHEMA_VERSION}: upgrade dataplane or retrain the model"
+            )
+        if meta.get("feature_columns") != list(FEATURE_COLUMNS):
+            raise ModelError(
+                f"{meta_file} was trained on other features than this dataplane builds; retrain it: {hint}"
+            )
+        try:
+            booster = lgb.Booster(model_file=str(model_file))
+        except (lgb.basic.LightGBMError, OSError, ValueError) as exc:
+            raise ModelError(
+                f"model file {model_file} is corrupt or unreadable ({exc}); {hint}"
+            ) from exc
+        if booster.num_feature() != len(FEATURE_COLUMNS) or booster.feature_name() != list(
+            FEATURE_COLUMNS
+        ):
+            raise ModelError(
+                f"model file {model_file} has features {booster.feature_name()[:5]}... which do not match "
+                f"its sidecar; {hint}"
+            )
+        model = cls(
+            ModelParams(**meta.get("params", {})) if isinstance(meta.get("params"), dict) else None
+        )
+        model.booster = booster
+        model.metadata = meta
+        model.path = directory
+        return model
+
+    @property
+    def file_bytes(self) -> int:
+        """Bytes of the saved model files (0 if not saved)."""
+        if self.path is None:
+            return 0
+        return sum(
+            (self.path / f).stat().st_size
+            for f in (MODEL_FILE, META_FILE)
+            if (self.path / f).exists()
+        )
+
+    def __repr__(self) -> str:
+        state = f"{self.booster.num_trees()} trees" if self.booster is not None else "untrained"
+        return f"<DensityModel {state}>"
+
+
+class ModelSet:
+    """Per-workload density models with a global fallback.
+
+    Parameters
+    ----------
+    global_model : DensityModel
+        Predicts for any pipeline without its own model.
+    per_pipeline : mapping of str to DensityModel, optional
+        A model per pipeline name.
+    """
+
+    def __init__(
+        self, global_model: DensityModel, per_pipeline: Mapping[str, DensityModel] | None = None
+    ) -> None:
+        if not isinstance(global_model, DensityModel):
+            raise TypeError(
+                f"global_model must be a DensityModel, got {type(global_model).__name__}"
+            )
+        self.global_model = global_model
+        self.per_pipeline: dict[str, DensityModel] = dict(per_pipeline or {})
+
+    @classmethod
+    def fit(
+        cls,
+        table: pa.Table | pd.DataFrame,
+        history: HistoryStore | None = None,
+        *,
+        per_workload: bool = True,
+        min_rows: int = 200,
+        params: ModelParams | None = None,
+    ) -> ModelSet:
+        """Train a global model, and one per pipeline with at least ``min_rows`` rows."""
+        df, _ = clean_table(table)
+        if len(df) == 0:
+            raise ModelError("no usable log rows to train on")
+        history = history or HistoryStore.from_table(df)
+        features = build_features(df, history)
+        target = log_density(df)
+        global_model = DensityModel(params).fit_features(features, target)
+        global_model.metadata["pipelines"] = sorted(map(str, df["pipeline"].unique()))
+        models: dict[str, DensityModel] = {}
+        if per_workload:
+            pipes = df["pipeline"].astype(str).to_numpy()
+            for name in sorted(set(pipes)):
+                mask = pipes == name
+                if mask.sum() >= min_rows:
+                    m = DensityModel(params).fit_features(features.loc[mask], target[mask])
+                    m.metadata["pipelines"] = [name]
+                    models[name] = m
+        return cls(global_model, models)
+
+    def add(self, pipeline: str, model: DensityModel | str | os.PathLike[str]) -> None:
+        """Use ``model`` (or the model directory at that path) for ``pipeline``."""
+        if not isinstance(model, DensityModel):
+            model = DensityModel.load(model)
+        self.per_pipeline[str(pipeline)] = model
+
+    def model_for(self, pipeline: str | None) -> DensityModel:
+        """The model that predicts for ``pipeline``."""
+        return (
+            self.per_pipeline.get(str(pipeline), self.global_model)
+            if pipeline is not None
+            else self.global_model
+        )
+
+    def predict(self, features: Any, pipelines: Any = None) -> np.ndarray:
+        """Predicted log10 density; ``pipelines`` (one name, or one per row) picks the models."""
+        x = _as_matrix(features)
+        if pipelines is None or isinstance(pipelines, str):
+            return self.model_for(pipelines).predict(x)
+        names = np.asarray(pipelines, dtype=object)
+        if len(names) != len(x):
+            raise ValueError(f"{len(names)} pipeline names for {len(x)} feature rows")
+        out = np.empty(len(x))
+        for name in pd.unique(names):
+            mask = names == name
+            out[mask] = self.model_for(name).predict(x[mask])
+        return out
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``global/`` and ``pipelines/<i>/`` model directories and ``models.json``."""
+        directory = Path(path)
+        self.global_model.save(directory / "global")
+        index: dict[str, str] = {}
+        for i, (name, model) in enumerate(sorted(self.per_pipeline.items())):
+            sub = f"pipelines/{i:03d}"
+            model.save(directory / sub)
+            index[name] = sub
+        meta = {
+            "format": MODEL_SET_FORMAT,
+            "model_version": MODEL_VERSION,
+            "global": "global",
+            "pipelines": index,
+        }
+        try:
+            (directory / SET_FILE).write_text(json.dumps(meta, indent=2))
+        except OSError as exc:
+            raise ModelError(f"cannot write {directory / SET_FILE}: {exc}") from exc
+        return directory
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ModelSet:
+        """Load a directory written by :meth:`save`, or a single model directory (global only)."""
+        directory = Path(path)
+        index_file = directory / SET_FILE
+        if not index_file.is_file():
+            if (directory / META_FILE).is_file() or not directory.exists():
+                return cls(DensityModel.load(directory))
+            raise ModelError(
+                f"{directory} holds neither {SET_FILE} nor {META_FILE}; give a directory written by "
+                "`dataplane placement train`"
+            )
+        try:
+            meta = json.loads(index_file.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelError(f"model index {index_file} is unreadable or not JSON ({exc})") from exc
+        if not isinstance(meta, dict) or meta.get("format") != MODEL_SET_FORMAT:
+            raise ModelError(
+                f"{index_file} is not a placement model set (format {MODEL_SET_FORMAT!r} expected)"
+            )
+        if not isinstance(meta.get("model_version"), int) or meta["model_version"] > MODEL_VERSION:
+            raise ModelError(
+                f"{index_file} has model version {meta.get('model_version')!r}; upgrade dataplane"
+            )
+        models = {
+            str(name): DensityModel.load(directory / str(sub))
+            for name, sub in dict(meta.get("pipelines", {})).items()
+        }
+        return cls(DensityModel.load(directory / str(meta.get("global", "global"))), models)
+
+    def __repr__(self) -> str:
+        return f"<ModelSet global + {len(self.per_pipeline)} per-pipeline models>"

@@ -1,0 +1,447 @@
+"""``dataplane placement train | evaluate | simulate``: the model's command-line face.
+
+The ``placement`` group (:mod:`placement.cli`) finds these commands lazily by name.
+
+Bad input never stops a run: unreadable files, files that do not fit the log schema
+and unusable rows are skipped, counted, and reported (the first few by name) in the
+output. A missing or incompatible model file is an error that names the file and the
+fix (:class:`~placement.errors.ModelError`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from placement.errors import ModelError, PlacementError
+
+logger = logging.getLogger(__name__)
+
+_BAD_SHOWN = 5
+
+
+def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any]]:
+    """Log rows of ``paths`` (files or directories) and a report of what was skipped."""
+    from placement.features import clean_table
+    from placement.logwriter import log_files, read_logs
+
+    files: list[Path] = []
+    bad: list[tuple[str, str]] = []
+    for p in paths:
+        try:
+            found = log_files(p)
+        except (FileNotFoundError, OSError) as exc:
+            bad.append((str(p), f"{type(exc).__name__}: {exc}"))
+            continue
+        if not found:
+            bad.append((str(p), "no *.parquet log files there"))
+        files.extend(found)
+    tables = []
+    good = 0
+    iterator: Any = files
+    if progress and len(files) > 1:
+        from tqdm import tqdm
+
+        iterator = tqdm(files, desc="read logs", unit="file", file=sys.stderr)
+    for f in iterator:
+        logset = read_logs([f])
+        bad.extend((str(p), reason) for p, reason in logset.bad_files)
+        if logset.files:
+            good += 1
+            tables.append(logset.table)
+    import pyarrow as pa
+
+    from placement.schema import empty_table
+
+    table = pa.concat_tables(tables) if tables else empty_table()
+    df, issues = clean_table(table)
+    report = {
+        "files_read": good,
+        "bad_files": len(bad),
+        "bad_files_first": [{"path": p, "reason": r} for p, r in bad[:_BAD_SHOWN]],
+        "rows_read": issues.total_rows,
+        "rows_dropped": issues.n_dropped,
+        "rows_dropped_by_reason": dict(issues.dropped),
+        "rows_usable": len(df),
+    }
+    for p, r in bad:
+        logger.info("skipped log file %s: %s", p, r)
+    if len(df) == 0:
+        raise click.ClickException(
+            f"no usable log rows in {list(paths)} ({len(bad)} bad file(s)"
+            + (f", first: {bad[0][0]}: {bad[0][1]}" if bad else "")
+            + f", {issues.n_dropped} bad row(s)); give placement logs written by "
+            "`dataplane placement collect` or the placement service"
+        )
+    return df, report
+
+
+def _emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
+    if as_json:
+        click.echo(json.dumps(payload, indent=2, default=_default))
+    else:
+        click.echo(text)
+
+
+def _default(value: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(value, np.generic):
+            return value.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(value)
+
+
+def _input_text(report: dict[str, Any]) -> str:
+    text = (
+        f"input: {report['files_read']} file(s), {report['rows_usable']} usable rows "
+        f"({report['rows_dropped']} bad rows dropped, {report['bad_files']} bad file(s) skipped)"
+    )
+    for item in report["bad_files_first"]:
+        text += f"\n  skipped {item['path']}: {item['reason']}"
+    for reason, n in report["rows_dropped_by_reason"].items():
+        text += f"\n  dropped {n} row(s): {reason}"
+    return text
+
+
+# ---------------------------------------------------------------------------- train
+@click.command("train")
+@click.argument("logs", nargs=-1, required=True)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the model (global/ and pipelines/ model directories).",
+)
+@click.option(
+    "--per-workload/--global-only",
+    default=False,
+    show_default=True,
+    help="Also train one model per pipeline with at least --min-rows rows.",
+)
+@click.option(
+    "--min-rows",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Fewest rows a pipeline needs for its own model.",
+)
+@click.option(
+    "--trees", default=300, show_default=True, type=click.IntRange(1), help="Boosting rounds."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+def train_command(
+    logs: tuple[str, ...],
+    out_dir: Path,
+    per_workload: bool,
+    min_rows: int,
+    trees: int,
+    as_json: bool,
+    no_progress: bool,
+) -> None:
+    """Train the LightGBM density model(s) on LOGS (Parquet files or directories) into --out."""
+    from placement.features import HistoryStore
+    from placement.model import ModelParams, ModelSet
+
+    df, report = _read(logs, not no_progress)
+    try:
+        models = ModelSet.fit(
+            df,
+            HistoryStore.from_table(df),
+            per_workload=per_workload,
+            min_rows=min_rows,
+            params=ModelParams(n_estimators=trees),
+        )
+        models.save(out_dir)
+    except PlacementError as exc:
+        raise click.ClickException(str(exc)) from exc
+    top = dict(list(models.global_model.feature_importances().items())[:10])
+    payload = {
+        "model_dir": str(out_dir),
+        "input": report,
+        "trained_rows": models.global_model.metadata.get("trained_rows"),
+        "per_pipeline_models": sorted(models.per_pipeline),
+        "feature_importances_gain_top10": top,
+    }
+    text = (
+        _input_text(report)
+        + f"\nsaved global model ({payload['trained_rows']} rows) and {len(models.per_pipeline)} "
+        f"per-pipeline model(s) to {out_dir}\ntop features (gain): "
+        + ", ".join(f"{k}={v:.0f}" for k, v in list(top.items())[:5])
+    )
+    _emit(payload, as_json, text)
+
+
+# ---------------------------------------------------------------------------- evaluate
+def _budgets(value: str) -> tuple[float, ...]:
+    out = []
+    for item in value.split(","):
+        item = item.strip().rstrip("%")
+        try:
+            b = float(item) / 100
+        except ValueError:
+            raise click.BadParameter(
+                f"{value!r} is not a comma-separated list of percentages", param_hint="--budgets"
+            ) from None
+        if not 0 < b <= 1:
+            raise click.BadParameter(f"budget {item}% must be in (0, 100]", param_hint="--budgets")
+        out.append(b)
+    return tuple(out)
+
+
+@click.command("evaluate")
+@click.argument("logs", nargs=-1, required=True)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for placement-eval.json, .txt and .png.",
+)
+@click.option(
+    "--split",
+    type=click.Choice(["pipeline", "time"]),
+    default="pipeline",
+    show_default=True,
+    help="Hold out whole pipelines (k-fold) or each pipeline's latest runs.",
+)
+@click.option(
+    "--budgets",
+    default="1,2,5,10,20",
+    show_default=True,
+    help="SSD budgets, percent of the test rows' peak live bytes.",
+)
+@click.option(
+    "--folds",
+    default=4,
+    show_default=True,
+    type=click.IntRange(2),
+    help="Folds of the pipeline split.",
+)
+@click.option(
+    "--measure/--no-measure",
+    default=True,
+    show_default=True,
+    help="Measure decision latency, model size and predictor memory.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+def evaluate_command(
+    logs: tuple[str, ...],
+    out_dir: Path,
+    split: str,
+    budgets: str,
+    folds: int,
+    measure: bool,
+    as_json: bool,
+    no_progress: bool,
+) -> None:
+    """Evaluate every placement policy on held-out LOGS; write a table, a PNG and JSON to --out."""
+    from placement.evaluate import EvaluationConfig, Split, evaluate
+
+    df, report = _read(logs, not no_progress)
+    try:
+        config = EvaluationConfig(split=Split(split), budgets=_budgets(budgets), folds=folds)
+        result = evaluate(df, config, progress=not no_progress, measure=measure, log=logger.info)
+    except PlacementError as exc:
+        raise click.ClickException(str(exc)) from exc
+    result.rows["input"] = report
+    paths = result.write(out_dir)
+    payload = result.to_dict()
+    payload.pop("simulations")
+    payload["files"] = {k: str(v) for k, v in paths.items()}
+    five = result.goals.get("5%", {})
+    text = (
+        _input_text(report)
+        + "\nTCO savings vs all-HDD ("
+        + f"{split} split, {result.rows['test']} test files):\n"
+    )
+    text += result.table()
+    text += "\nSpearman (predicted vs true density): " + ", ".join(
+        f"{k}={v:.3f}" for k, v in result.spearman.items() if not math.isnan(v)
+    )
+    if five:
+        text += (
+            f"\nat 5%: lightgbm captures {100 * five['oracle_capture']:.1f}% of the oracle's savings; "
+            f"{five['ratio_to_best_heuristic']:.2f}x the best heuristic ({five['best_heuristic']})"
+        )
+    if result.decisions:
+        d = result.decisions
+        text += (
+            f"\ndecision: single p50 {d['single_us_p50']:.1f} us (p99 {d['single_us_p99']:.1f}), "
+            f"batched {d['batched_per_s']:,.0f}/s; model {d['model_file_bytes']:,} bytes; "
+            f"predictor RSS +{d['predictor_rss_delta_bytes'] / 2**20:.1f} MiB"
+        )
+    text += f"\nwrote {', '.join(str(p) for p in paths.values())}"
+    _emit(payload, as_json, text)
+
+
+# ---------------------------------------------------------------------------- simulate
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1e3,
+    "kb": 1e3,
+    "kib": 2**10,
+    "m": 1e6,
+    "mb": 1e6,
+    "mib": 2**20,
+    "g": 1e9,
+    "gb": 1e9,
+    "gib": 2**30,
+    "t": 1e12,
+    "tb": 1e12,
+    "tib": 2**40,
+}
+
+
+def parse_budget(value: str, peak_bytes: int) -> int:
+    """SSD budget in bytes from ``5%`` (of ``peak_bytes``) or a size (``2GiB``, ``500MB``, ``1000000``)."""
+    v = value.strip()
+    if v.endswith("%"):
+        try:
+            share = float(v[:-1]) / 100
+        except ValueError:
+            raise click.BadParameter(
+                f"{value!r} is not a percentage", param_hint="--budget"
+            ) from None
+        if not 0 <= share <= 1:
+            raise click.BadParameter(
+                f"{value!r} must be between 0% and 100%", param_hint="--budget"
+            )
+        return int(share * peak_bytes)
+    m = _SIZE.match(v)
+    if not m or (m.group(2) or "").lower() not in _UNITS:
+        raise click.BadParameter(
+            f"{value!r} is neither a percentage (5%) nor a size (2GiB)", param_hint="--budget"
+        )
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+POLICY_CHOICES = (
+    "lightgbm",
+    "stage-history",
+    "small-files-first",
+    "first-fit",
+    "oracle",
+    "all-hdd",
+)
+
+
+@click.command("simulate")
+@click.argument("logs", nargs=-1, required=True)
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(path_type=Path),
+    help="Model directory from `train` (needed by the lightgbm policy).",
+)
+@click.option(
+    "--budget",
+    default="5%",
+    show_default=True,
+    help="SSD budget: percent of the logs' peak live bytes, or a size such as 2GiB.",
+)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    type=click.Choice(POLICY_CHOICES + ("all",)),
+    default=("all",),
+    show_default=True,
+    help="Policies to replay (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+def simulate_command(
+    logs: tuple[str, ...],
+    model_dir: Path | None,
+    budget: str,
+    policies: tuple[str, ...],
+    as_json: bool,
+    no_progress: bool,
+) -> None:
+    """Replay LOGS through placement policies at an SSD budget and report TCO and savings."""
+    from placement.cost import CostModel
+    from placement.evaluate import stage_history_prediction
+    from placement.features import HistoryStore, build_features
+    from placement.model import ModelSet
+    from placement.policy import (
+        AdaptiveThresholdPolicy,
+        AllHDDPolicy,
+        FirstFitPolicy,
+        SmallFilesFirstPolicy,
+        StageHistoryPolicy,
+    )
+    from placement.simulator import Trace, peak_live_bytes, simulate
+
+    names = list(POLICY_CHOICES) if "all" in policies else list(dict.fromkeys(policies))
+    models = None
+    if "lightgbm" in names:
+        if model_dir is None:
+            if "all" in policies:
+                names.remove("lightgbm")
+            else:
+                raise click.UsageError(
+                    "the lightgbm policy needs --model DIR (from `dataplane placement train`)"
+                )
+        else:
+            try:
+                models = ModelSet.load(model_dir)
+            except ModelError as exc:
+                raise click.ClickException(str(exc)) from exc
+    df, report = _read(logs, not no_progress)
+    trace = Trace.from_clean(df)
+    peak = peak_live_bytes(trace)
+    cap = parse_budget(budget, peak)
+    cost = CostModel()
+    features = build_features(df, HistoryStore.from_table(df))
+    results: list[dict[str, Any]] = []
+    for name in names:
+        pred = None
+        if name == "lightgbm" and models is not None:
+            pred = models.predict(features, df["pipeline"].astype(str).to_numpy())
+            policy: Any = AdaptiveThresholdPolicy(cap)
+        elif name == "stage-history":
+            pred = stage_history_prediction(features)
+            policy = StageHistoryPolicy(cap)
+        elif name == "small-files-first":
+            policy = SmallFilesFirstPolicy(cap)
+        elif name == "first-fit":
+            policy = FirstFitPolicy(cap)
+        elif name == "oracle":
+            policy = trace.oracle(cap, cost)
+        else:
+            policy = AllHDDPolicy()
+        sim = simulate(trace, policy, cost, cap, predictions=pred, progress=not no_progress)
+        sim.policy = name
+        results.append(sim.to_dict())
+    payload = {
+        "input": report,
+        "peak_live_bytes": peak,
+        "ssd_capacity_bytes": cap,
+        "results": results,
+    }
+    lines = [_input_text(report), f"SSD budget {cap:,} bytes ({budget}; peak live bytes {peak:,})"]
+    lines.append(
+        f"{'policy':20s} {'savings':>9s} {'SSD I/O':>8s} {'SSD files':>9s} {'HDD overload s':>14s}"
+    )
+    for r in results:
+        lines.append(
+            f"{r['policy']:20s} {100 * r['savings_fraction']:8.2f}% {100 * r['ssd_io_share']:7.1f}% "
+            f"{r['ssd_files']:9d} {r['hdd_overload_s']:14.2f}"
+        )
+    _emit(payload, as_json, "\n".join(lines))

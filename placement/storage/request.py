@@ -1,0 +1,110 @@
+"""What is known about a temporary file when it must be placed."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class FileKind(str, enum.Enum):
+    """Why a temporary file exists; the value is what the log's ``file_kind`` column holds."""
+
+    SPILL = "spill"  # a task result evicted from worker memory
+    SHUFFLE = "shuffle"  # one output partition of a P2P dataframe shuffle on one worker
+    RECHUNK = "rechunk"  # one output chunk of a P2P array rechunk on one worker
+    CACHE_SHARD = "cache_shard"  # a shard of an augmented-sample cache built by Dask
+    OTHER = "other"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_OPTIONAL_INTS = (
+    "expected_size_bytes",
+    "n_partitions_in",
+    "n_partitions_out",
+    "input_bytes",
+    "n_workers",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileRequest:
+    """Creation-time facts of one temporary file (the log schema's id and creation columns).
+
+    Only facts known before the file's first byte is written belong here; a placement
+    decision (:class:`~placement.storage.chooser.TierChooser`) sees nothing else.
+
+    Parameters
+    ----------
+    file_kind : FileKind
+        Why the file exists (``spill``, ``shuffle``, ...).
+    created_at : float
+        Creation time, in seconds since the Unix epoch.
+    pipeline, run_id, stage : str
+        Workload name, one execution of it, and the task prefix / operator stage.
+    operator : str, optional
+        Operator kind (``shuffle``, ``groupby``, ``merge``, ``set_index``, ``rechunk``, ``bag``...).
+    job_id, worker, host : str, optional
+        Graph id within the run, worker address and host name.
+    expected_size_bytes : int, optional
+        Declared or estimated size of the file, in bytes.
+    n_partitions_in, n_partitions_out : int, optional
+        Partition counts of the stage's input and output.
+    input_bytes : int, optional
+        Bytes of the stage's (or pipeline's) input, when known.
+    priority : int, optional
+        Position of the producing task in Dask's static graph order (lower runs first).
+    memory_pressure : float, optional
+        Worker managed memory divided by its memory limit, at creation (dimensionless).
+    n_workers : int, optional
+        Workers in the cluster.
+    """
+
+    file_kind: FileKind
+    created_at: float
+    pipeline: str = "unknown"
+    run_id: str = "unknown"
+    stage: str = "unknown"
+    operator: str | None = None
+    job_id: str | None = None
+    worker: str | None = None
+    host: str | None = None
+    expected_size_bytes: int | None = None
+    n_partitions_in: int | None = None
+    n_partitions_out: int | None = None
+    input_bytes: int | None = None
+    priority: int | None = None
+    memory_pressure: float | None = None
+    n_workers: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            kind = FileKind(self.file_kind)
+        except ValueError:
+            raise ValueError(
+                f"file_kind={self.file_kind!r} is not one of {[k.value for k in FileKind]}"
+            ) from None
+        object.__setattr__(self, "file_kind", kind)
+        if not isinstance(self.created_at, (int, float)) or not math.isfinite(self.created_at):
+            raise ValueError(f"created_at={self.created_at!r} must be a finite number of seconds")
+        for name in ("pipeline", "run_id", "stage"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name}={value!r} must be a non-empty string")
+        for name in _OPTIONAL_INTS:
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name}={value!r} must be a non-negative int or None")
+        if self.memory_pressure is not None and not (
+            isinstance(self.memory_pressure, (int, float)) and self.memory_pressure >= 0
+        ):
+            raise ValueError(f"memory_pressure={self.memory_pressure!r} must be >= 0 or None")
+
+    def to_row(self) -> dict[str, Any]:
+        """The id and creation-time columns of this file's log row."""
+        row = asdict(self)
+        row["file_kind"] = self.file_kind.value
+        return row

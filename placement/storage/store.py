@@ -1,0 +1,669 @@
+"""A tiered store of temporary files whose I/O is counted, one log row per file.
+
+:class:`TieredFileStore` creates each file on the tier its
+:class:`~placement.storage.chooser.TierChooser` picks, counts the file's reads and
+writes (operations and bytes), its largest size and its life, and when the file is
+deleted hands one row of the placement log schema (:mod:`placement.schema`) to its
+:class:`RowSink` (normally a :class:`~placement.logwriter.LogWriter`).
+
+Layout
+------
+Each store owns one directory per tier, ``<tier_dir>/store-<host>-<pid>-<token>``, and a
+lock file beside it (``store-....lock``) that it holds (``flock``) while alive. Several
+stores (one per Dask worker process) share the same tier directories safely.
+
+What happens on failure
+-----------------------
+* **SSD full** (``ENOSPC``/``EDQUOT`` while writing on SSD): the file moves to HDD
+  (bytes already appended are copied over) and the write is retried there; the caller
+  never sees the error. The row's ``tier`` column says where the file ended.
+* **Both tiers fail**: :class:`~placement.storage.errors.TierIOError`, an ``OSError``
+  with the original ``errno``; nothing already stored is lost.
+* **Process killed mid-write**: bytes are written to ``<name>.partial`` and renamed to
+  ``<name>`` only when complete (:meth:`TieredFileStore.write`) or when the file is
+  sealed for reading (:meth:`TieredFileStore.seal`), so a partial file is never read
+  back. The dead store's lock is released by the kernel; the next store created on the
+  same tier directories removes the dead store's directory
+  (:meth:`TieredFileStore.cleanup_orphans`).
+* **Unsafe names** (``..``, absolute paths, symlinks): refused with
+  :class:`~placement.storage.errors.UnsafePathError` before anything is touched.
+* **Chooser raises**: the file goes to HDD and the error is logged.
+* **Sink raises**: the row is dropped with a logged error; the file is still deleted.
+
+Operations are counted at the store's interface: one :meth:`~TieredFileStore.write`,
+:meth:`~TieredFileStore.append` or :meth:`~TieredFileStore.read` call is one operation,
+whatever its size (bytes are counted separately). Copies made when a file moves to HDD
+are not counted: they are the store's work, not the application's.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from placement.storage.chooser import FixedTier, TierChooser
+from placement.storage.errors import StorageError, TierIOError
+from placement.storage.paths import resolve_within
+from placement.storage.request import FileRequest
+from placement.tier import Tier
+
+logger = logging.getLogger(__name__)
+
+Buffer = bytes | bytearray | memoryview
+Data = Buffer | Sequence[Buffer] | Iterable[Buffer]
+
+PARTIAL_SUFFIX = ".partial"
+STORE_PREFIX = "store-"
+LOCK_SUFFIX = ".lock"
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class RowSink(Protocol):
+    """Receives one log row (schema column -> value) per deleted file."""
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Take ``row``; must be thread-safe."""
+        ...
+
+
+@dataclass
+class FileStats:
+    """I/O of one file so far: operations, bytes (in bytes) and sizes (in bytes)."""
+
+    read_ops: int = 0
+    write_ops: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+    size_bytes: int = 0  # largest size reached
+    current_bytes: int = 0  # size now
+
+
+class TempFile:
+    """Handle to one temporary file of a :class:`TieredFileStore`.
+
+    Handles are created by :meth:`TieredFileStore.create`; all I/O goes through the
+    store. One handle must not be written from two threads at once.
+    """
+
+    __slots__ = (
+        "deleted",
+        "fell_back",
+        "file_id",
+        "name",
+        "path",
+        "request",
+        "sealed",
+        "stats",
+        "tier",
+    )
+
+    def __init__(
+        self, file_id: str, name: str, request: FileRequest, tier: Tier, path: Path
+    ) -> None:
+        self.file_id = file_id
+        self.name = name
+        self.request = request
+        self.tier = tier
+        self.path = path
+        self.stats = FileStats()
+        self.sealed = False
+        self.deleted = False
+        self.fell_back = False
+
+    @property
+    def partial_path(self) -> Path:
+        """Where bytes go until the file is complete (``<path>.partial``)."""
+        return self.path.with_name(self.path.name + PARTIAL_SUFFIX)
+
+    def __repr__(self) -> str:
+        return f"<TempFile {self.name!r} on {self.tier.value}, {self.stats.current_bytes} bytes>"
+
+
+def _as_frames(data: Data) -> list[Buffer]:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return [data]
+    return list(data)
+
+
+def frame_nbytes(frame: Buffer) -> int:
+    """Length of one frame, in bytes."""
+    return frame.nbytes if isinstance(frame, memoryview) else len(frame)
+
+
+def _write_frames(fd: int, frames: Sequence[Buffer]) -> None:
+    """Write every frame to ``fd`` (the store's one low-level write; faults are injected here)."""
+    with open(fd, "wb", closefd=False) as fh:
+        fh.writelines(frames)
+        fh.flush()
+
+
+class TieredFileStore:
+    """Temporary files on an SSD or HDD directory, with their I/O counted and logged.
+
+    Parameters
+    ----------
+    ssd_dir, hdd_dir : str or Path
+        Tier directories (created if missing). They must differ.
+    chooser : TierChooser, optional
+        Picks each new file's tier; default ``FixedTier(Tier.HDD)``.
+    sink : RowSink, optional
+        Receives one schema row per deleted file; ``None`` keeps no log.
+    clock : callable, optional
+        Wall clock in seconds since the epoch (``time.time``); used for ``deleted_at``.
+    cleanup : bool, optional
+        Remove directories of dead stores on the tier directories first (default True).
+    label : str, optional
+        Readable prefix of this store's directory and of its file ids.
+
+    Examples
+    --------
+    >>> store = TieredFileStore(ssd_dir=tmp / "ssd", hdd_dir=tmp / "hdd")   # doctest: +SKIP
+    >>> f = store.create("part-0", FileRequest(file_kind="spill", created_at=time.time()))
+    >>> store.write(f, b"abc"); bytes(store.read(f))
+    b'abc'
+    >>> row = store.delete(f)   # row["write_ops"] == 1, row["read_bytes"] == 3
+    """
+
+    def __init__(
+        self,
+        *,
+        ssd_dir: str | os.PathLike[str],
+        hdd_dir: str | os.PathLike[str],
+        chooser: TierChooser | None = None,
+        sink: RowSink | None = None,
+        clock: Callable[[], float] = time.time,
+        cleanup: bool = True,
+        label: str | None = None,
+    ) -> None:
+        tier_dirs = {Tier.SSD: Path(ssd_dir), Tier.HDD: Path(hdd_dir)}
+        for tier, directory in tier_dirs.items():
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot create the {tier.value} directory {directory}: {exc}; "
+                    "point it at a writable directory"
+                ) from exc
+        if tier_dirs[Tier.SSD].resolve() == tier_dirs[Tier.HDD].resolve():
+            raise ValueError(
+                f"ssd_dir and hdd_dir are the same directory ({tier_dirs[Tier.SSD]}); "
+                "give each tier its own directory"
+            )
+        if chooser is None:
+            chooser = FixedTier(Tier.HDD)
+        if not callable(getattr(chooser, "choose", None)):
+            raise TypeError(f"chooser={chooser!r} has no choose(request) method")
+        self.tier_dirs = tier_dirs
+        self.chooser = chooser
+        self.sink = sink
+        self.clock = clock
+        self.host = socket.gethostname()
+        token = uuid.uuid4().hex[:8]
+        self.label = f"{label or STORE_PREFIX.rstrip('-')}-{os.getpid()}-{token}"
+        self._lock = threading.Lock()
+        self._live: dict[str, TempFile] = {}
+        self._serial = 0
+        self._closed = False
+        #: Files moved from SSD to HDD because the SSD was full.
+        self.fallbacks = 0
+        #: Rows the sink refused.
+        self.rows_dropped = 0
+        self.orphans_removed = self.cleanup_orphans() if cleanup else 0
+        self._lock_fds: list[int] = []
+        self.roots: dict[Tier, Path] = {}
+        dirname = f"{STORE_PREFIX}{self.host}-{os.getpid()}-{token}"
+        for tier, directory in tier_dirs.items():
+            self._lock_fds.append(_take_lock(directory, dirname))
+            root = directory / dirname
+            root.mkdir()
+            self.roots[tier] = root
+
+    # ------------------------------------------------------------------ lifecycle
+    def cleanup_orphans(self) -> int:
+        """Remove the directories of dead stores from both tier directories.
+
+        A store is dead when nobody holds its lock file (its process has exited or was
+        killed). Live stores, including those of other processes, are left alone.
+
+        Returns
+        -------
+        int
+            Number of files removed.
+        """
+        removed = 0
+        for directory in self.tier_dirs.values():
+            removed += _remove_dead_stores(directory)
+        if removed:
+            logger.info("removed %d orphaned temporary file(s) left by dead stores", removed)
+        return removed
+
+    def close(self) -> None:
+        """Delete every live file (emitting its row), remove this store's directories.
+
+        Idempotent. The store cannot create files afterwards.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            live = list(self._live.values())
+        for handle in live:
+            self._delete(handle)
+        for tier, root in self.roots.items():
+            shutil.rmtree(root, ignore_errors=True)
+            lock_path = self.tier_dirs[tier] / (root.name + LOCK_SUFFIX)
+            try:
+                lock_path.unlink()
+            except FileNotFoundError:
+                pass
+        for fd in self._lock_fds:
+            os.close(fd)
+        self._lock_fds = []
+
+    def __enter__(self) -> TieredFileStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ creation
+    def create(self, name: str, request: FileRequest, *, tier: Tier | None = None) -> TempFile:
+        """Register a new file called ``name`` and pick its tier (nothing is written yet).
+
+        Parameters
+        ----------
+        name : str
+            Relative name, unique among this store's live files (``/`` makes sub-folders).
+        request : FileRequest
+            Creation-time facts handed to the chooser and copied into the log row.
+        tier : Tier, optional
+            Force a tier instead of asking the chooser.
+
+        Raises
+        ------
+        UnsafePathError
+            If ``name`` would escape the tier directory.
+        StorageError
+            If a live file already has this name, or the store is closed.
+        """
+        if not isinstance(request, FileRequest):
+            raise TypeError(f"request must be a FileRequest, got {type(request).__name__}")
+        chosen = Tier(tier) if tier is not None else self._choose(request)
+        path = resolve_within(self.roots[chosen], name)
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"the store {self.label} is closed; cannot create {name!r}")
+            if name in self._live:
+                raise StorageError(
+                    f"a temporary file named {name!r} already exists in {self.label}"
+                )
+            self._serial += 1
+            handle = TempFile(f"{self.label}-{self._serial}", name, request, chosen, path)
+            self._live[name] = handle
+        return handle
+
+    def _choose(self, request: FileRequest) -> Tier:
+        try:
+            return Tier(self.chooser.choose(request))
+        except Exception:  # a chooser must never fail a task: fall back to HDD
+            logger.exception("tier chooser %r failed; placing the file on HDD", self.chooser)
+            return Tier.HDD
+
+    # ------------------------------------------------------------------ writing
+    def write(self, handle: TempFile, data: Data) -> int:
+        """Write the whole content of ``handle`` at once (replacing any), atomically.
+
+        The bytes go to ``<name>.partial`` and are renamed to ``<name>`` when complete,
+        and the file is sealed. Counts one write operation.
+
+        Returns
+        -------
+        int
+            Bytes written.
+        """
+        self._check_live(handle)
+        frames = _as_frames(data)
+        nbytes = sum(map(frame_nbytes, frames))
+        try:
+            self._write_whole(handle, frames)
+        except OSError as exc:
+            if handle.tier is not Tier.SSD or exc.errno not in _FULL_ERRNOS:
+                raise TierIOError(
+                    exc.errno, f"writing {handle.path} failed: {exc.strerror}"
+                ) from exc
+            self._move_to_hdd(handle, exc)
+            try:
+                self._write_whole(handle, frames)
+            except OSError as exc2:
+                raise TierIOError(
+                    exc2.errno, f"writing {handle.path} failed: {exc2.strerror}"
+                ) from exc2
+        with self._lock:
+            st = handle.stats
+            st.write_ops += 1
+            st.write_bytes += nbytes
+            st.current_bytes = nbytes
+            st.size_bytes = max(st.size_bytes, nbytes)
+            handle.sealed = True
+        return nbytes
+
+    def _write_whole(self, handle: TempFile, frames: Sequence[Buffer]) -> None:
+        partial = handle.partial_path
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            try:
+                _write_frames(fd, frames)
+            finally:
+                os.close(fd)
+            os.replace(partial, handle.path)
+        except BaseException:
+            _unlink(partial)
+            raise
+
+    def append(self, handle: TempFile, data: Data) -> int:
+        """Append to a file that is being built up (P2P shuffle output); one write operation.
+
+        Bytes go to ``<name>.partial`` until :meth:`seal`.
+
+        Raises
+        ------
+        StorageError
+            If the file is already sealed (complete).
+        """
+        self._check_live(handle)
+        if handle.sealed:
+            raise StorageError(
+                f"temporary file {handle.name!r} is sealed; it cannot be appended to"
+            )
+        frames = _as_frames(data)
+        nbytes = sum(map(frame_nbytes, frames))
+        before = handle.stats.current_bytes
+        try:
+            self._append(handle, frames)
+        except OSError as exc:
+            if handle.tier is not Tier.SSD or exc.errno not in _FULL_ERRNOS:
+                _truncate(handle.partial_path, before)
+                raise TierIOError(
+                    exc.errno, f"appending to {handle.path} failed: {exc.strerror}"
+                ) from exc
+            _truncate(handle.partial_path, before)  # drop the torn tail before moving
+            self._move_to_hdd(handle, exc)
+            try:
+                self._append(handle, frames)
+            except OSError as exc2:
+                _truncate(handle.partial_path, before)
+                raise TierIOError(
+                    exc2.errno, f"appending to {handle.path} failed: {exc2.strerror}"
+                ) from exc2
+        with self._lock:
+            st = handle.stats
+            st.write_ops += 1
+            st.write_bytes += nbytes
+            st.current_bytes = before + nbytes
+            st.size_bytes = max(st.size_bytes, st.current_bytes)
+        return nbytes
+
+    def _append(self, handle: TempFile, frames: Sequence[Buffer]) -> None:
+        partial = handle.partial_path
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            _write_frames(fd, frames)
+        finally:
+            os.close(fd)
+
+    def _move_to_hdd(self, handle: TempFile, cause: OSError) -> None:
+        """Move ``handle`` (and any bytes it holds) from the full SSD to HDD."""
+        old_partial, old_path = handle.partial_path, handle.path
+        new_path = resolve_within(self.roots[Tier.HDD], handle.name)
+        new_path.parent.mkdir(parents=True, exist_ok=True)
+        new_partial = new_path.with_name(new_path.name + PARTIAL_SUFFIX)
+        try:
+            if old_partial.exists():
+                shutil.copyfile(old_partial, new_partial, follow_symlinks=False)
+            elif old_path.exists():
+                shutil.copyfile(old_path, new_path, follow_symlinks=False)
+        except OSError as exc:
+            raise TierIOError(
+                exc.errno, f"moving {handle.name!r} from SSD to HDD failed: {exc}"
+            ) from exc
+        _unlink(old_partial)
+        _unlink(old_path)
+        with self._lock:
+            handle.tier = Tier.HDD
+            handle.path = new_path
+            handle.fell_back = True
+            self.fallbacks += 1
+        logger.info("SSD full (%s); %r placed on HDD instead", cause.strerror, handle.name)
+
+    def seal(self, handle: TempFile) -> Path:
+        """Mark an appended file complete (rename ``.partial`` to its name); return its path.
+
+        Idempotent; a file never written becomes an empty file.
+        """
+        self._check_live(handle)
+        with self._lock:
+            if handle.sealed:
+                return handle.path
+            partial = handle.partial_path
+            try:
+                os.replace(partial, handle.path)
+            except FileNotFoundError:
+                handle.path.parent.mkdir(parents=True, exist_ok=True)
+                os.close(os.open(handle.path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+            handle.sealed = True
+            return handle.path
+
+    # ------------------------------------------------------------------ reading
+    def read(self, handle: TempFile) -> bytearray:
+        """Read the whole file (sealing it first); one read operation.
+
+        Returns
+        -------
+        bytearray
+            The file's bytes (writable, as Dask's deserializers prefer).
+        """
+        path = self.seal(handle)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                size = os.fstat(fd).st_size
+                buf = bytearray(size)
+                with open(fd, "rb", closefd=False) as fh:
+                    got = fh.readinto(buf)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise TierIOError(exc.errno, f"reading {path} failed: {exc.strerror}") from exc
+        if got != size:
+            raise TierIOError(errno.EIO, f"short read of {path}: {got} of {size} bytes")
+        self.record_read(handle, size)
+        return buf
+
+    def read_path(self, handle: TempFile) -> Path:
+        """Seal the file and return its path for a caller that reads it itself
+        (e.g. memory-maps it); the caller reports the read with :meth:`record_read`."""
+        return self.seal(handle)
+
+    def record_read(self, handle: TempFile, nbytes: int, ops: int = 1) -> None:
+        """Count ``ops`` read operations of ``nbytes`` bytes in total on ``handle``."""
+        with self._lock:
+            handle.stats.read_ops += ops
+            handle.stats.read_bytes += int(nbytes)
+
+    # ------------------------------------------------------------------ deleting
+    def delete(self, handle: TempFile, *, log: bool = True) -> dict[str, Any] | None:
+        """Delete the file and emit its log row; ``None`` if it was already deleted.
+
+        ``log=False`` abandons a file that never held data (its first write failed):
+        it is removed without a row.
+        """
+        return self._delete(handle, log=log)
+
+    def _delete(self, handle: TempFile, *, log: bool = True) -> dict[str, Any] | None:
+        with self._lock:
+            if handle.deleted:
+                return None
+            handle.deleted = True
+            self._live.pop(handle.name, None)
+        _unlink(handle.partial_path)
+        _unlink(handle.path)
+        row = self.row_of(handle, deleted_at=self.clock())
+        if log and self.sink is not None:
+            try:
+                self.sink.add(row)
+            except Exception:
+                self.rows_dropped += 1
+                logger.exception("log sink %r refused the row of %r", self.sink, handle.name)
+        return row
+
+    def row_of(self, handle: TempFile, *, deleted_at: float) -> dict[str, Any]:
+        """The log-schema row of ``handle`` as if it were deleted at ``deleted_at``."""
+        row = handle.request.to_row()
+        if row.get("host") is None:
+            row["host"] = self.host
+        st = handle.stats
+        row.update(
+            file_id=handle.file_id,
+            deleted_at=float(deleted_at),
+            size_bytes=st.size_bytes,
+            read_ops=st.read_ops,
+            write_ops=st.write_ops,
+            read_bytes=st.read_bytes,
+            write_bytes=st.write_bytes,
+            tier=handle.tier.value,
+        )
+        return row
+
+    # ------------------------------------------------------------------ inspection
+    def get(self, name: str) -> TempFile | None:
+        """The live file called ``name``, if any."""
+        with self._lock:
+            return self._live.get(name)
+
+    def live_files(self) -> list[TempFile]:
+        """Files created and not yet deleted."""
+        with self._lock:
+            return list(self._live.values())
+
+    def usage(self) -> dict[Tier, int]:
+        """Bytes held now by live files on each tier."""
+        out = {Tier.SSD: 0, Tier.HDD: 0}
+        with self._lock:
+            for handle in self._live.values():
+                out[handle.tier] += handle.stats.current_bytes
+        return out
+
+    def _check_live(self, handle: TempFile) -> None:
+        if handle.deleted:
+            raise StorageError(f"temporary file {handle.name!r} was already deleted")
+
+    def __repr__(self) -> str:
+        return f"<TieredFileStore {self.label}: {len(self._live)} live files>"
+
+
+# ---------------------------------------------------------------------- helpers
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _truncate(path: Path, size: int) -> None:
+    try:
+        os.truncate(path, size)
+    except FileNotFoundError:
+        pass
+
+
+def _take_lock(directory: Path, dirname: str) -> int:
+    """Create and hold ``<directory>/<dirname>.lock``; return its descriptor.
+
+    The lock is taken on a temporary name and renamed into place, so a cleaner never
+    sees a live store's lock file unlocked.
+    """
+    tmp = directory / f".{dirname}{LOCK_SUFFIX}.tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.replace(tmp, directory / f"{dirname}{LOCK_SUFFIX}")
+    return fd
+
+
+def _remove_if_unlocked(path: Path) -> None:
+    """Remove a stray lock file left by a process killed while taking it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _unlink(path)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _count_files(path: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(path))
+
+
+def _remove_dead_stores(directory: Path) -> int:
+    """Remove ``store-*`` directories of ``directory`` whose lock nobody holds."""
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        name = entry.name
+        if name.startswith("." + STORE_PREFIX) and name.endswith(LOCK_SUFFIX + ".tmp"):
+            _remove_if_unlocked(directory / name)
+            continue
+        if not name.startswith(STORE_PREFIX):
+            continue
+        if name.endswith(LOCK_SUFFIX):
+            store_dir = directory / name[: -len(LOCK_SUFFIX)]
+            lock_path = directory / name
+        elif entry.is_dir(follow_symlinks=False):
+            store_dir = directory / name
+            lock_path = directory / (name + LOCK_SUFFIX)
+        else:
+            continue
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            # A live store takes its lock before creating its directory: no lock, no owner.
+            if store_dir.is_dir() and not store_dir.is_symlink():
+                removed += _count_files(store_dir)
+                shutil.rmtree(store_dir, ignore_errors=True)
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its owner is alive
+            if store_dir.is_dir() and not store_dir.is_symlink():
+                removed += _count_files(store_dir)
+                shutil.rmtree(store_dir, ignore_errors=True)
+            _unlink(lock_path)
+        finally:
+            os.close(fd)
+    return removed

@@ -1,0 +1,829 @@
+"""The real workload suite: varied Dask pipelines whose temporary files are logged.
+
+Each :class:`Workload` builds a real Dask pipeline (dataframe shuffle, groupby
+aggregation and apply, hash-join merge, sort, set_index, array rechunk and matmul,
+bag foldby and groupby, a persisted frame reused by several queries). :func:`collect`
+runs them at several sizes and seeds on a multi-process ``LocalCluster`` whose workers
+have little managed memory, so they spill, and use P2P shuffle and rechunk, so they
+write shuffle files. Every temporary file goes through the worker-side storage
+(:mod:`placement.storage`), which counts its I/O and writes one log row per file when
+it is deleted. Nothing about the files is drawn from a chosen distribution: sizes,
+operation counts and lifetimes are what the runs did.
+
+Before each run the driver computes the optimized task graph and tells the workers
+(:class:`~placement.storage.RunContext`) the pipeline, run id, input bytes, input
+partitions, number of tasks of each stage and the stage of each P2P shuffle, so each
+file's creation-time facts are filled in.
+
+Output of :func:`collect`: ``<out_dir>/io_log.parquet`` (every row, log schema) and
+``<out_dir>/summary.json`` (rows, bytes, operations and density spread per pipeline).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from placement.errors import PlacementError
+from placement.logwriter import LOG_SUFFIX, read_logs
+from placement.tier import Tier
+
+logger = logging.getLogger(__name__)
+
+LOG_FILE = "io_log.parquet"
+SUMMARY_FILE = "summary.json"
+
+
+class WorkloadError(PlacementError, ValueError):
+    """An unknown pipeline or size, or a bad collection setting."""
+
+
+# ---------------------------------------------------------------------- sizes and specs
+@dataclass(frozen=True)
+class Size:
+    """How big a run is.
+
+    Parameters
+    ----------
+    name : str
+        ``small``, ``medium`` or ``large``.
+    partitions : int
+        Input partitions of dataframe and bag pipelines.
+    rows : int
+        Rows per dataframe partition (4 numeric columns: 32 bytes a row).
+    array_side : int
+        Side of the square float64 array of array pipelines.
+    records : int
+        Records per bag partition.
+    """
+
+    name: str
+    partitions: int
+    rows: int
+    array_side: int
+    records: int
+
+
+SIZES: dict[str, Size] = {
+    s.name: s
+    for s in (
+        Size("small", partitions=12, rows=120_000, array_side=3000, records=40_000),
+        Size("medium", partitions=24, rows=200_000, array_side=4800, records=60_000),
+        Size("large", partitions=48, rows=350_000, array_side=8000, records=100_000),
+    )
+}
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One run's parameters: size, seed and cluster width."""
+
+    size: Size
+    seed: int
+    n_workers: int
+
+    @property
+    def n_keys(self) -> int:
+        """Distinct join/group keys: varies with the seed so runs differ in cardinality."""
+        per = (20, 5, 80)[self.seed % 3]
+        return max(100, self.size.partitions * self.size.rows // per)
+
+
+@dataclass
+class Plan:
+    """What a workload computes.
+
+    ``persist`` (optional) is persisted first and handed to ``queries``, which returns
+    the collections computed one after the other.
+    """
+
+    queries: Callable[[Any], Sequence[Any]]
+    input_bytes: int
+    n_partitions_in: int
+    persist: Any = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named pipeline of the suite."""
+
+    name: str
+    operator: str
+    description: str
+    plan: Callable[[WorkloadSpec], Plan]
+
+
+# ---------------------------------------------------------------------- input generators
+@dataclass(frozen=True)
+class FramePart:
+    """Recipe of one generated dataframe partition (runs on the worker)."""
+
+    seed: int
+    index: int
+    rows: int
+    n_keys: int
+    skewed: bool
+
+
+def make_frame(part: FramePart) -> pd.DataFrame:
+    """A dataframe partition: int64 key ``k`` (uniform or Zipf-skewed), floats ``v``, ``w``, int ``t``."""
+    rng = np.random.default_rng([part.seed, part.index])
+    if part.skewed:
+        k = (rng.zipf(1.3, part.rows) - 1) % part.n_keys
+    else:
+        k = rng.integers(0, part.n_keys, part.rows)
+    return pd.DataFrame(
+        {
+            "k": k.astype("int64"),
+            "v": rng.random(part.rows),
+            "w": rng.standard_normal(part.rows),
+            "t": rng.integers(0, 1_000_000, part.rows),
+        }
+    )
+
+
+def make_dim(part: FramePart) -> pd.DataFrame:
+    """A partition of the dimension table joined by ``merge``: key ``k`` and attribute ``a``."""
+    rng = np.random.default_rng([part.seed, part.index, 7])
+    lo = part.index * part.rows
+    k = np.arange(lo, lo + part.rows, dtype="int64") % part.n_keys
+    return pd.DataFrame({"k": k, "a": rng.random(part.rows)})
+
+
+def make_records(part: FramePart) -> list[tuple[int, float]]:
+    """A bag partition of ``(key, value)`` records."""
+    rng = np.random.default_rng([part.seed, part.index, 11])
+    keys = rng.integers(0, max(1, part.n_keys // 50), part.rows).tolist()
+    values = rng.random(part.rows).tolist()
+    return list(zip(keys, values))
+
+
+def _parts(spec: WorkloadSpec, rows: int | None = None, n: int | None = None) -> list[FramePart]:
+    return [
+        FramePart(spec.seed, i, rows or spec.size.rows, spec.n_keys, skewed=spec.seed % 3 == 1)
+        for i in range(n or spec.size.partitions)
+    ]
+
+
+def _frame(spec: WorkloadSpec, label: str = "input") -> tuple[Any, int]:
+    import dask.dataframe as dd
+
+    parts = _parts(spec)
+    sample = make_frame(parts[0])
+    nbytes = int(sample.memory_usage(deep=True).sum()) * len(parts)
+    return dd.from_map(
+        make_frame, parts, meta=sample.iloc[:0], label=label, enforce_metadata=False
+    ), nbytes
+
+
+# ---------------------------------------------------------------------- pipelines
+def _top_rows(group: pd.DataFrame) -> pd.DataFrame:
+    return group[["v", "w", "t"]].nlargest(2, "v")
+
+
+def _group_sum(part: pd.DataFrame) -> pd.DataFrame:
+    return part.groupby("k", sort=False)[["v", "w"]].sum()
+
+
+def _partition_bounds(part: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"lo": [part["v"].min()], "hi": [part["v"].max()], "n": [len(part)]})
+
+
+def _product_sum(part: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"x": [float((part["v"] * part["a"]).sum())]})
+
+
+def _partition_len(part: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"n": [len(part)]})
+
+
+def _plan_df_shuffle(spec: WorkloadSpec) -> Plan:
+    """Shuffle on the key, keep the shuffled frame, run two queries on it."""
+    df, nbytes = _frame(spec)
+    meta = pd.DataFrame({"v": pd.Series(dtype="float64"), "w": pd.Series(dtype="float64")})
+    meta.index.name = "k"
+    shuffled = df.shuffle("k", shuffle_method="p2p")
+
+    def queries(p: Any) -> list[Any]:
+        return [p.map_partitions(_group_sum, meta=meta)["v"].sum(), p["w"].max()]
+
+    return Plan(queries, nbytes, df.npartitions, persist=shuffled)
+
+
+def _plan_groupby_agg(spec: WorkloadSpec) -> Plan:
+    """Groupby aggregation with ``split_out`` (a P2P shuffle of partial aggregates)."""
+    df, nbytes = _frame(spec)
+    out = df.groupby("k").agg(
+        {"v": ["sum", "mean"], "w": "max", "t": "count"},
+        split_out=max(2, df.npartitions // 2),
+        shuffle_method="p2p",
+    )
+    return Plan(lambda _: [out], nbytes, df.npartitions)
+
+
+def _plan_groupby_apply(spec: WorkloadSpec) -> Plan:
+    """Top rows of each of 256 groups (groupby-apply over a P2P shuffle)."""
+    df, nbytes = _frame(spec)
+    meta = make_frame(FramePart(0, 0, 2, 10, False))[["v", "w", "t"]].iloc[:0]
+    out = (
+        df.assign(g=df["k"] % 256)
+        .groupby("g")
+        .apply(_top_rows, meta=meta, shuffle_method="p2p")
+        .map_partitions(_partition_len, meta={"n": "int64"})
+    )
+    return Plan(lambda _: [out], nbytes, df.npartitions)
+
+
+def _plan_merge(spec: WorkloadSpec) -> Plan:
+    """Hash join (two P2P shuffles), keep the joined frame, then a second P2P groupby on it."""
+    import dask.dataframe as dd
+
+    left, nbytes = _frame(spec, label="fact")
+    dim_rows = max(1000, spec.n_keys // max(1, spec.size.partitions // 2))
+    dim_parts = _parts(spec, rows=dim_rows, n=max(2, spec.size.partitions // 2))
+    dim_sample = make_dim(dim_parts[0])
+    right = dd.from_map(
+        make_dim, dim_parts, meta=dim_sample.iloc[:0], label="dim", enforce_metadata=False
+    )
+    nbytes += int(dim_sample.memory_usage(deep=True).sum()) * len(dim_parts)
+    joined = left.merge(right, on="k", how="inner", shuffle_method="p2p")
+    joined = joined.assign(x=joined["v"] * joined["a"], b=joined["t"] % 97)
+
+    def queries(p: Any) -> list[Any]:
+        return [
+            p.groupby("b")["x"].sum(split_out=4, shuffle_method="p2p"),
+            p.map_partitions(_product_sum, meta={"x": "float64"}),
+        ]
+
+    return Plan(queries, nbytes, left.npartitions + right.npartitions, persist=joined)
+
+
+def _plan_sort_values(spec: WorkloadSpec) -> Plan:
+    """Global sort (quantiles, then a P2P shuffle), kept; then bounds, head and tail."""
+    df, nbytes = _frame(spec)
+    ordered = df.sort_values("v", shuffle_method="p2p")
+
+    def queries(p: Any) -> list[Any]:
+        bounds = p.map_partitions(
+            _partition_bounds, meta={"lo": "float64", "hi": "float64", "n": "int64"}
+        )
+        return [bounds, p.head(1000, compute=False), p.tail(1000, compute=False)]
+
+    return Plan(queries, nbytes, df.npartitions, persist=ordered)
+
+
+def _plan_set_index(spec: WorkloadSpec) -> Plan:
+    """set_index (quantiles, then P2P), kept, then range lookups touching a few partitions."""
+    df, nbytes = _frame(spec)
+    indexed = df.set_index("t", shuffle_method="p2p")
+
+    def queries(p: Any) -> list[Any]:
+        out = [p.loc[lo : lo + 50_000]["v"].sum() for lo in (100_000, 500_000, 900_000)]
+        return [*out, p["w"].sum()]
+
+    return Plan(queries, nbytes, df.npartitions, persist=indexed)
+
+
+def _plan_array_rechunk(spec: WorkloadSpec) -> Plan:
+    import dask.array as da
+
+    n = spec.size.array_side
+    rows = max(1, n // spec.size.partitions)
+    x = da.random.default_rng(spec.seed).random((n, n), chunks=(rows, n))
+    y = x.rechunk((n, rows), method="p2p")
+    out = (y - y.mean(axis=0)).std(axis=0)
+    return Plan(lambda _: [out], n * n * 8, x.npartitions)
+
+
+def _plan_array_matmul(spec: WorkloadSpec) -> Plan:
+    import dask.array as da
+
+    n = spec.size.array_side
+    c = max(100, n // 4)
+    x = da.random.default_rng(spec.seed).standard_normal((n, n), chunks=(c, c))
+    out = (x @ x.T).sum(axis=1)
+    return Plan(lambda _: [out], n * n * 8, x.npartitions)
+
+
+def _add_value(acc: float, rec: tuple[int, float]) -> float:
+    return acc + rec[1]
+
+
+def _add(a: float, b: float) -> float:
+    return a + b
+
+
+def _first(rec: tuple[int, float]) -> int:
+    return rec[0]
+
+
+def _group_size(kv: tuple[int, list[Any]]) -> tuple[int, int]:
+    return kv[0], len(kv[1])
+
+
+def _bag(spec: WorkloadSpec, records: int | None = None) -> tuple[Any, int]:
+    import dask.bag as db
+    from dask.sizeof import sizeof
+
+    parts = _parts(spec, rows=records or spec.size.records)
+    nbytes = int(sizeof(make_records(parts[0]))) * len(parts)
+    return db.from_sequence(parts, npartitions=len(parts)).map(make_records).flatten(), nbytes
+
+
+def _value(rec: tuple[int, float]) -> float:
+    return rec[1]
+
+
+def _plan_bag_foldby(spec: WorkloadSpec) -> Plan:
+    """Records kept in memory (Python objects: they spill), then foldby and a sum."""
+    bag, nbytes = _bag(spec)
+
+    def queries(p: Any) -> list[Any]:
+        return [p.foldby(_first, _add_value, 0.0, _add, 0.0), p.map(_value).sum()]
+
+    return Plan(queries, nbytes, bag.npartitions, persist=bag)
+
+
+def _plan_bag_groupby(spec: WorkloadSpec) -> Plan:
+    """Group records by key through Dask's task-based shuffle (many small intermediates)."""
+    bag, nbytes = _bag(spec, records=spec.size.records // 2)
+    out = bag.groupby(_first, shuffle="tasks").map(_group_size)
+    return Plan(lambda _: [out], nbytes, bag.npartitions)
+
+
+def _plan_persist_reuse(spec: WorkloadSpec) -> Plan:
+    df, nbytes = _frame(spec, label="base")
+
+    def queries(persisted: Any) -> list[Any]:
+        return [
+            persisted["v"].sum(),
+            persisted[persisted["w"] > 0.5]["k"].count(),
+            persisted.groupby("k")["v"].mean(split_out=1).sum(),
+            persisted["t"].max(),
+        ]
+
+    return Plan(queries, nbytes, df.npartitions, persist=df)
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            "df_shuffle",
+            "shuffle",
+            "P2P shuffle on a key, then per-partition groupby",
+            _plan_df_shuffle,
+        ),
+        Workload(
+            "groupby_agg",
+            "groupby",
+            "groupby aggregation with split_out over P2P",
+            _plan_groupby_agg,
+        ),
+        Workload(
+            "groupby_apply",
+            "groupby",
+            "groupby-apply (top rows per key) over P2P",
+            _plan_groupby_apply,
+        ),
+        Workload(
+            "merge", "merge", "hash join of a fact and a dimension table over P2P", _plan_merge
+        ),
+        Workload(
+            "sort_values",
+            "sort",
+            "global sort on a float column (quantiles + P2P)",
+            _plan_sort_values,
+        ),
+        Workload(
+            "set_index",
+            "set_index",
+            "set_index on an int column (quantiles + P2P)",
+            _plan_set_index,
+        ),
+        Workload(
+            "array_rechunk",
+            "rechunk",
+            "row-chunked to column-chunked array via P2P rechunk",
+            _plan_array_rechunk,
+        ),
+        Workload(
+            "array_matmul", "matmul", "blocked x @ x.T and a row reduction", _plan_array_matmul
+        ),
+        Workload(
+            "bag_foldby", "bag", "bag foldby (tree reduction of per-key sums)", _plan_bag_foldby
+        ),
+        Workload(
+            "bag_groupby", "bag", "bag groupby through a task-based shuffle", _plan_bag_groupby
+        ),
+        Workload(
+            "persist_reuse",
+            "reuse",
+            "a persisted frame read back by four queries",
+            _plan_persist_reuse,
+        ),
+    )
+}
+
+
+# ---------------------------------------------------------------------- graph facts
+@dataclass(frozen=True)
+class GraphFacts:
+    """What the driver learns from a run's optimized task graphs."""
+
+    stage_tasks: dict[str, int]
+    shuffle_stages: dict[str, str]
+    shuffle_inputs: dict[str, int]
+
+
+_BARRIER = "shuffle-barrier-"
+
+
+def graph_facts(collections: Iterable[Any], operator: str, *, first: int = 0) -> GraphFacts:
+    """Count tasks per stage and name each P2P shuffle of ``collections``' optimized graphs.
+
+    Shuffles are named ``<operator>-p2p<i>`` in graph order starting at ``first``, so the
+    same pipeline names its shuffles the same way in every run.
+    """
+    from dask.base import collections_to_expr
+    from dask.utils import key_split
+
+    stage_tasks: Counter[str] = Counter()
+    barriers: list[tuple[int, int, str]] = []
+    transfers: Counter[str] = Counter()
+    for gi, coll in enumerate(collections):
+        graph = dict(collections_to_expr([coll], True).optimize().__dask_graph__())
+        for position, key in enumerate(graph):
+            name = key[0] if isinstance(key, tuple) else key
+            stage_tasks[key_split(key)] += 1
+            if not isinstance(name, str):
+                continue
+            if name.startswith(_BARRIER):
+                # graphs of the same pipeline list their layers in the same order
+                barriers.append((gi, position, name[len(_BARRIER) :]))
+            elif "transfer-" in name:
+                transfers[name.rsplit("-", 1)[-1]] += 1
+    shuffle_stages = {
+        sid: f"{operator}-p2p{i}" for i, (_, _, sid) in enumerate(sorted(barriers), first)
+    }
+    shuffle_inputs = {sid: transfers[sid] for sid in shuffle_stages if transfers[sid]}
+    return GraphFacts(dict(stage_tasks), shuffle_stages, shuffle_inputs)
+
+
+# ---------------------------------------------------------------------- running
+@dataclass
+class RunResult:
+    """Outcome of one run of one workload."""
+
+    pipeline: str
+    size: str
+    seed: int
+    run_id: str
+    wall_s: float
+    ok: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectOptions:
+    """Settings of :func:`collect` (validated at construction).
+
+    Parameters
+    ----------
+    pipelines : sequence of str
+        Workload names (default: all of :data:`WORKLOADS`).
+    sizes : sequence of str
+        Size names (default ``small``, ``medium``).
+    seeds : sequence of int
+        Seeds (default 0, 1, 2).
+    n_workers : int
+        Worker processes (one thread each).
+    memory_limit : str
+        Memory limit of each worker.
+    target_fraction : float
+        ``distributed.worker.memory.target``: managed memory fraction above which
+        workers spill (small, so the runs spill).
+    tier : Tier
+        Tier every file is placed on while collecting (the all-HDD baseline by default).
+    scratch_dir : str, optional
+        Parent of the tier directories (default: a fresh temporary directory, removed after).
+    settle_timeout_s : float
+        Seconds to wait after a run for its files to be deleted.
+    """
+
+    pipelines: Sequence[str] = tuple(WORKLOADS)
+    sizes: Sequence[str] = ("small", "medium")
+    seeds: Sequence[int] = (0, 1, 2)
+    n_workers: int = 2
+    memory_limit: str = "1GiB"
+    target_fraction: float = 0.025
+    tier: Tier = Tier.HDD
+    scratch_dir: str | None = None
+    settle_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.pipelines if p not in WORKLOADS]
+        if unknown or not self.pipelines:
+            raise WorkloadError(
+                f"unknown pipeline(s) {unknown or '(none given)'}; choose from {sorted(WORKLOADS)}"
+            )
+        bad_sizes = [s for s in self.sizes if s not in SIZES]
+        if bad_sizes or not self.sizes:
+            raise WorkloadError(
+                f"unknown size(s) {bad_sizes or '(none given)'}; choose from {sorted(SIZES)}"
+            )
+        if not self.seeds or any(not isinstance(s, int) or s < 0 for s in self.seeds):
+            raise WorkloadError(f"seeds={list(self.seeds)} must be non-negative ints")
+        if not isinstance(self.n_workers, int) or self.n_workers < 1:
+            raise WorkloadError(f"n_workers={self.n_workers!r} must be a positive int")
+        if not 0 < self.target_fraction < 1:
+            raise WorkloadError(f"target_fraction={self.target_fraction!r} must be between 0 and 1")
+        try:
+            Tier(self.tier)
+        except ValueError:
+            raise WorkloadError(
+                f"tier={self.tier!r} must be one of {[t.value for t in Tier]}"
+            ) from None
+        from dask.utils import parse_bytes
+
+        try:
+            parse_bytes(self.memory_limit)
+        except (ValueError, TypeError):
+            raise WorkloadError(
+                f"memory_limit={self.memory_limit!r} is not a size such as '1GiB'"
+            ) from None
+
+    def runs(self) -> list[tuple[str, str, int]]:
+        """Every (pipeline, size, seed) in run order."""
+        return [(p, s, seed) for s in self.sizes for seed in self.seeds for p in self.pipelines]
+
+
+def dask_settings(target_fraction: float) -> dict[str, Any]:
+    """Dask config of the suite: P2P shuffles and rechunks, tight managed memory."""
+    return {
+        "dataframe.shuffle.method": "p2p",
+        "array.rechunk.method": "p2p",
+        "distributed.worker.memory.target": target_fraction,
+        "distributed.worker.memory.spill": 0.7,
+        "distributed.worker.memory.pause": 0.85,
+        "distributed.worker.memory.terminate": 0.98,
+        "distributed.scheduler.active-memory-manager.start": False,
+        "distributed.admin.low-level-log-length": 100,
+        "logging.distributed.shuffle": "error",
+    }
+
+
+def run_workload(
+    client: Any, workload: Workload, spec: WorkloadSpec, *, settle_timeout_s: float = 30.0
+) -> RunResult:
+    """Run one workload on ``client``'s cluster with its context set on every worker.
+
+    Waits (up to ``settle_timeout_s`` seconds) until every temporary file of the run is
+    deleted, so its rows are logged. Returns a :class:`RunResult`; a failing pipeline is
+    reported (``ok=False``), not raised.
+    """
+    from placement.storage import set_run_context, worker_storage_state
+
+    run_id = f"{workload.name}-{spec.size.name}-s{spec.seed}-{uuid.uuid4().hex[:6]}"
+    start = time.perf_counter()
+    ok, error = True, None
+    try:
+        _execute(client, workload, spec, run_id)
+    except Exception as exc:  # noqa: BLE001 - a failing pipeline is recorded, the suite goes on
+        ok, error = False, f"{type(exc).__name__}: {exc}"
+        logger.warning("workload %s failed: %s", run_id, error)
+    deadline = time.monotonic() + settle_timeout_s
+    while time.monotonic() < deadline:
+        states = client.run(worker_storage_state)
+        if all(s["live_files"] == 0 for s in states.values()):
+            break
+        time.sleep(0.1)
+    else:
+        logger.warning("run %s: temporary files still alive after %.0f s", run_id, settle_timeout_s)
+    client.run(set_run_context, None)
+    return RunResult(
+        workload.name, spec.size.name, spec.seed, run_id, time.perf_counter() - start, ok, error
+    )
+
+
+def _execute(client: Any, workload: Workload, spec: WorkloadSpec, run_id: str) -> None:
+    """Run the plan; every collection and future is released when this returns."""
+    from distributed import wait
+
+    from placement.storage import RunContext, set_run_context
+
+    plan = workload.plan(spec)
+    known: dict[str, str] = {}
+    inputs: dict[str, int] = {}
+
+    def tell_workers(collections: Sequence[Any]) -> None:
+        facts = graph_facts(collections, workload.operator, first=len(known))
+        known.update(facts.shuffle_stages)
+        inputs.update(facts.shuffle_inputs)
+        context = RunContext(
+            pipeline=workload.name,
+            run_id=run_id,
+            job_id=run_id,
+            operator=workload.operator,
+            input_bytes=plan.input_bytes,
+            n_partitions_in=plan.n_partitions_in,
+            n_workers=spec.n_workers,
+            stage_tasks=facts.stage_tasks,
+            shuffle_stages=dict(known),
+            shuffle_inputs=dict(inputs),
+        )
+        client.run(set_run_context, context)
+
+    persisted = None
+    if plan.persist is not None:
+        tell_workers([plan.persist])
+        persisted = client.persist(plan.persist)
+        wait(persisted)
+    queries = list(plan.queries(persisted))
+    tell_workers(queries)
+    for query in queries:
+        client.compute(query).result()
+
+
+def collect(
+    out_dir: str | os.PathLike[str],
+    options: CollectOptions | None = None,
+    *,
+    progress: bool = True,
+    on_run: Callable[[RunResult], None] | None = None,
+) -> dict[str, Any]:
+    """Run the suite and write ``io_log.parquet`` and ``summary.json`` to ``out_dir``.
+
+    Existing files in ``out_dir`` other than those two are left alone; the two are
+    replaced only once the new ones are complete.
+
+    Returns
+    -------
+    dict
+        The summary also written to ``summary.json``.
+    """
+    import dask
+    from distributed import Client, LocalCluster
+    from tqdm.auto import tqdm
+
+    from placement.storage import (
+        FixedTier,
+        PlacementWorkerPlugin,
+        flush_worker_logs,
+        tiered_spill_buffer,
+    )
+
+    options = options or CollectOptions()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    parts_dir = out / f"parts-{uuid.uuid4().hex[:8]}"
+    scratch_parent = options.scratch_dir
+    scratch = Path(tempfile.mkdtemp(prefix="placement-collect-", dir=scratch_parent))
+    results: list[RunResult] = []
+    started = time.perf_counter()
+    try:
+        spill_kwargs = {
+            "ssd_dir": str(scratch / "ssd"),
+            "hdd_dir": str(scratch / "hdd"),
+            "log_dir": str(parts_dir),
+            "chooser": FixedTier(Tier(options.tier)),
+            "memory_limit": options.memory_limit,
+            "log_max_interval_s": 3600.0,
+            "log_max_rows": 50_000,
+        }
+        with (
+            dask.config.set(dask_settings(options.target_fraction)),
+            LocalCluster(
+                n_workers=options.n_workers,
+                threads_per_worker=1,
+                processes=True,
+                memory_limit=options.memory_limit,
+                dashboard_address=None,
+                local_directory=str(scratch / "dask"),
+                data=(tiered_spill_buffer, spill_kwargs),
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            client.register_plugin(PlacementWorkerPlugin(flush_interval_s=3600.0))
+            runs = options.runs()
+            bar = tqdm(runs, desc="placement collect", unit="run", disable=not progress)
+            for name, size, seed in bar:
+                bar.set_postfix_str(f"{name}/{size}/s{seed}")
+                spec = WorkloadSpec(SIZES[size], seed, options.n_workers)
+                result = run_workload(
+                    client, WORKLOADS[name], spec, settle_timeout_s=options.settle_timeout_s
+                )
+                client.run(flush_worker_logs)
+                results.append(result)
+                if on_run is not None:
+                    on_run(result)
+            client.run(flush_worker_logs)
+        logs = read_logs(parts_dir) if parts_dir.exists() else None
+        table = logs.table if logs is not None else None
+        if table is None or table.num_rows == 0:
+            raise PlacementError(
+                f"the suite produced no log rows in {parts_dir}; check the workers' logs "
+                "(runs: " + ", ".join(f"{r.run_id}: {r.error or 'ok'}" for r in results) + ")"
+            )
+        import pyarrow.parquet as pq
+
+        tmp = out / f".{LOG_FILE}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, out / LOG_FILE)
+        summary = summarize(table.to_pandas(), results)
+        summary["settings"] = {
+            **{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
+            "tier": Tier(options.tier).value,
+        }
+        summary["wall_s"] = round(time.perf_counter() - started, 1)
+        summary["bad_log_files"] = [str(p) for p, _ in logs.bad_files] if logs else []
+        tmp_json = out / f".{SUMMARY_FILE}.tmp"
+        tmp_json.write_text(json.dumps(summary, indent=2, default=str))
+        os.replace(tmp_json, out / SUMMARY_FILE)
+        shutil.rmtree(parts_dir, ignore_errors=True)
+        return summary
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _spread(values: np.ndarray) -> dict[str, float | None]:
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size == 0:
+        return {"min": None, "median": None, "max": None, "orders_of_magnitude": None}
+    lo, hi = float(values.min()), float(values.max())
+    return {
+        "min": lo,
+        "median": float(np.median(values)),
+        "max": hi,
+        "p05": float(np.quantile(values, 0.05)),
+        "p95": float(np.quantile(values, 0.95)),
+        "orders_of_magnitude": round(math.log10(hi / lo), 2),
+    }
+
+
+def summarize(frame: pd.DataFrame, results: Sequence[RunResult] = ()) -> dict[str, Any]:
+    """Rows, runs, bytes, operations and I/O-density spread per pipeline and file kind."""
+    from placement.schema import io_density
+
+    life = frame["deleted_at"].to_numpy(float) - frame["created_at"].to_numpy(float)
+    frame = frame.assign(
+        io_density=io_density(frame["read_ops"], frame["write_ops"], frame["size_bytes"], life)
+    )
+
+    def block(df: pd.DataFrame) -> dict[str, Any]:
+        return {
+            "rows": len(df),
+            "runs": int(df["run_id"].nunique()),
+            "by_kind": {str(k): int(v) for k, v in df["file_kind"].value_counts().items()},
+            "write_bytes": int(df["write_bytes"].sum()),
+            "read_bytes": int(df["read_bytes"].sum()),
+            "write_ops": int(df["write_ops"].sum()),
+            "read_ops": int(df["read_ops"].sum()),
+            "stages": int(df["stage"].nunique()),
+            "io_density": _spread(df["io_density"].to_numpy(float)),
+        }
+
+    summary: dict[str, Any] = {"total": block(frame)}
+    summary["pipelines"] = {str(p): block(df) for p, df in frame.groupby("pipeline", sort=True)}
+    summary["file_kinds"] = {str(k): block(df) for k, df in frame.groupby("file_kind", sort=True)}
+    summary["runs"] = [asdict(r) for r in results]
+    summary["failed_runs"] = [asdict(r) for r in results if not r.ok]
+    return summary
+
+
+def leftover_parts(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Log parts left in ``out_dir`` by an interrupted :func:`collect` (still readable logs)."""
+    return sorted(Path(out_dir).glob(f"parts-*/*{LOG_SUFFIX}"))
+
+
+__all__ = [
+    "SIZES",
+    "WORKLOADS",
+    "CollectOptions",
+    "GraphFacts",
+    "Plan",
+    "RunResult",
+    "Size",
+    "Workload",
+    "WorkloadError",
+    "WorkloadSpec",
+    "collect",
+    "dask_settings",
+    "graph_facts",
+    "run_workload",
+    "summarize",
+]

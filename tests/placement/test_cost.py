@@ -1,0 +1,71 @@
+"""The cost model: per-file TCO on each tier, break-even density, optional terms, validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from placement.cost import GB, SECONDS_PER_MONTH, CostModel
+
+
+def test_defaults_price_a_file_by_hand() -> None:
+    c = CostModel()
+    size, life, ops = 1e9, SECONDS_PER_MONTH, 10.0  # 1 GB for a month, 10 operations
+    assert c.ssd_cost(size, life) == pytest.approx(0.08)
+    drive_time = 10 * (300 / (60 * SECONDS_PER_MONTH)) / 170
+    assert c.hdd_cost(size, life, ops) == pytest.approx(max(0.045, drive_time))
+    assert c.hdd_cost(size, life, ops) == pytest.approx(0.045)  # capacity dominates: few ops
+    busy = 1e9 * 170 * 60 * SECONDS_PER_MONTH / 300  # ops that make drive time 1000x capacity
+    assert c.hdd_cost(size, life, busy) == pytest.approx(busy * c.hdd_usd_per_op)
+
+
+def test_break_even_density_separates_savers_from_losers() -> None:
+    c = CostModel()
+    d = c.break_even_density()
+    size, life = 1e6, 10.0
+    for factor, sign in ((4.0, 1), (0.25, -1)):
+        ops = factor * d * size * life
+        assert np.sign(c.saving(size, life, ops)) == sign
+
+
+def test_costs_broadcast_over_arrays() -> None:
+    c = CostModel()
+    out = c.saving(np.array([1e6, 2e6]), np.array([1.0, 1.0]), np.array([2.0, 2.0]))
+    assert out.shape == (2,) and (out > 0).all() and out[0] > out[1]
+
+
+def test_optional_terms_add_wear_and_transfer() -> None:
+    base = CostModel()
+    full = CostModel(ssd_usd_per_tb_written=0.06, hdd_bytes_per_s=250e6)
+    size, life, ops = 5e6, 1.0, 2.0
+    assert full.ssd_cost(size, life, 5e6) == pytest.approx(
+        base.ssd_cost(size, life) + 5e6 * 0.06 / 1e12
+    )
+    transfer = 1e7 / 250e6 * base.hdd_drive_usd / (base.hdd_amortization_months * SECONDS_PER_MONTH)
+    assert full.hdd_cost(size, life, ops, 1e7) == pytest.approx(
+        base.hdd_cost(size, life, ops) + transfer
+    )
+    # a large write-once, read-once file loses money on SSD once wear is priced
+    assert base.saving(size, life, ops) > 0 > full.saving(size, life, ops, 1e7, 5e6)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"ssd_usd_per_gb_month": 0},
+        {"hdd_iops_per_drive": -1},
+        {"hdd_drive_usd": float("nan")},
+        {"ssd_usd_per_tb_written": -0.1},
+        {"hdd_bytes_per_s": 0},
+        {"hdd_amortization_months": True},
+    ],
+)
+def test_bad_parameters_are_refused(bad: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        CostModel(**bad)
+
+
+def test_to_dict_round_trips() -> None:
+    c = CostModel(ssd_usd_per_gb_month=0.1)
+    assert CostModel(**c.to_dict()) == c
+    assert c.ssd_usd_per_byte_second == pytest.approx(0.1 / GB / SECONDS_PER_MONTH)

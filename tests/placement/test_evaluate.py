@@ -1,0 +1,206 @@
+"""Held-out evaluation and the train / evaluate / simulate commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from placement.cli import placement_group
+from placement.evaluate import EvaluationConfig, EvaluationError, Split, evaluate, split_masks
+from placement.model import ModelParams
+from tests.placement.logtables import make_log
+
+FAST = ModelParams(n_estimators=40, num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("logs")
+    table = make_log(seed=4)
+    half = table.num_rows // 2
+    pq.write_table(table.slice(0, half), d / "a.parquet")
+    pq.write_table(table.slice(half), d / "b.parquet")
+    return d
+
+
+def test_pipeline_split_holds_out_whole_pipelines() -> None:
+    df = make_log(seed=5).to_pandas()
+    folds = split_masks(df, EvaluationConfig(split=Split.PIPELINE, folds=2))
+    assert len(folds) == 2
+    covered = np.zeros(len(df), dtype=bool)
+    for train, test in folds:
+        assert not set(df.loc[train, "pipeline"]) & set(df.loc[test, "pipeline"])
+        covered |= test
+    assert covered.all()
+
+
+def test_time_split_holds_out_each_pipelines_latest_runs() -> None:
+    df = make_log(seed=5).to_pandas()
+    [(train, test)] = split_masks(df, EvaluationConfig(split="time", test_fraction=0.25))
+    assert set(df.loc[test, "run_id"]) == {f"pipe{p}-run3" for p in range(4)}
+    assert df.loc[train, "created_at"].max() < df.loc[test, "created_at"].max()
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(EvaluationError, match="split"):
+        EvaluationConfig(split="random")
+    with pytest.raises(EvaluationError, match="budgets"):
+        EvaluationConfig(budgets=(0.0, 0.5))
+    with pytest.raises(ValueError, match="exponent"):
+        EvaluationConfig(policy_options={"exponent": -1})
+    with pytest.raises(EvaluationError, match="2 pipelines"):
+        split_masks(
+            make_log(pipelines=1, runs=2, files_per_stage=3).to_pandas(), EvaluationConfig()
+        )
+
+
+@pytest.mark.parametrize("split", ["pipeline", "time"])
+def test_evaluate_reports_every_policy_and_budget(tmp_path: Path, split: str) -> None:
+    result = evaluate(
+        make_log(seed=6), EvaluationConfig(split=split, params=FAST, budgets=(0.05, 0.2))
+    )
+    assert {
+        "all-hdd",
+        "first-fit",
+        "small-files-first",
+        "stage-history",
+        "lightgbm",
+        "oracle",
+    } <= set(result.savings)
+    for per in result.savings.values():
+        assert set(per) == {"5%", "20%"}
+        assert all(v <= 1.0 for v in per.values())
+    assert all(v == 0.0 for v in result.savings["all-hdd"].values())
+    assert result.spearman["lightgbm"] > 0.5
+    goal = result.goals["5%"]
+    assert goal["oracle_capture"] == pytest.approx(goal["lightgbm"] / goal["oracle"])
+    paths = result.write(tmp_path)
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads(paths["json"].read_text())
+    assert data["config"]["split"] == split and "5%" in data["goals"]
+    assert "lightgbm" in paths["table"].read_text()
+
+
+def test_measure_decisions_reports_latency_size_memory() -> None:
+    result = evaluate(
+        make_log(seed=7), EvaluationConfig(params=FAST, budgets=(0.05,)), measure=True
+    )
+    d = result.decisions
+    assert d["single_us_p50"] > 0 and d["batched_per_s"] > 0 and d["model_file_bytes"] > 0
+    assert d["trees"] == 40
+
+
+def test_cli_train_reports_bad_inputs_and_saves(tmp_path: Path, log_dir: Path) -> None:
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet at all")
+    runner = CliRunner()
+    out = tmp_path / "model"
+    res = runner.invoke(
+        placement_group,
+        [
+            "train",
+            str(log_dir),
+            str(tmp_path / "junk.parquet"),
+            str(tmp_path / "missing"),
+            "--out",
+            str(out),
+            "--per-workload",
+            "--min-rows",
+            "50",
+            "--trees",
+            "20",
+            "--json",
+            "--no-progress",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    assert payload["input"]["bad_files"] == 2 and payload["input"]["files_read"] == 2
+    assert len(payload["per_pipeline_models"]) == 4
+    assert (out / "models.json").is_file() and (out / "global" / "model.txt").is_file()
+
+    res = runner.invoke(
+        placement_group,
+        [
+            "simulate",
+            str(log_dir),
+            "--model",
+            str(out),
+            "--budget",
+            "5%",
+            "--json",
+            "--no-progress",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    results = {r["policy"]: r for r in json.loads(res.output)["results"]}
+    assert set(results) == {
+        "lightgbm",
+        "stage-history",
+        "small-files-first",
+        "first-fit",
+        "oracle",
+        "all-hdd",
+    }
+    assert results["all-hdd"]["savings_usd"] == 0.0
+
+
+def test_cli_missing_or_broken_model_is_a_clear_error(tmp_path: Path, log_dir: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(
+        placement_group,
+        ["simulate", str(log_dir), "--model", str(tmp_path / "none"), "--no-progress"],
+    )
+    assert res.exit_code == 1
+    assert "no model directory" in res.output and "placement train" in res.output
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "model.json").write_text("{}")
+    (broken / "model.txt").write_text("garbage")
+    res = runner.invoke(
+        placement_group, ["simulate", str(log_dir), "--model", str(broken), "--no-progress"]
+    )
+    assert res.exit_code == 1 and "not a placement density model" in res.output
+
+
+def test_cli_no_usable_rows_and_bad_budget(tmp_path: Path, log_dir: Path) -> None:
+    (tmp_path / "junk.parquet").write_bytes(b"junk")
+    runner = CliRunner()
+    res = runner.invoke(
+        placement_group, ["train", str(tmp_path / "junk.parquet"), "--out", str(tmp_path / "m")]
+    )
+    assert res.exit_code == 1 and "no usable log rows" in res.output
+    res = runner.invoke(
+        placement_group, ["simulate", str(log_dir), "--policy", "first-fit", "--budget", "lots"]
+    )
+    assert res.exit_code == 2 and "--budget" in res.output
+
+
+def test_cli_evaluate_writes_table_png_json(tmp_path: Path, log_dir: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(
+        placement_group,
+        [
+            "evaluate",
+            str(log_dir),
+            "--out",
+            str(tmp_path / "ev"),
+            "--split",
+            "time",
+            "--budgets",
+            "5,20",
+            "--no-measure",
+            "--no-progress",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "oracle" in res.output and "captures" in res.output
+    assert {p.name for p in (tmp_path / "ev").iterdir()} == {
+        "placement-eval.json",
+        "placement-eval.txt",
+        "placement-eval.png",
+    }

@@ -1,0 +1,122 @@
+"""Creation-time features: no outcome leaks, history from earlier runs only, bad rows counted."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from placement.errors import SchemaError
+from placement.features import (
+    FEATURE_COLUMNS,
+    HistoryStore,
+    build_features,
+    clean_table,
+    features_from_request,
+    log_density,
+)
+from placement.schema import ID_COLUMNS, OUTCOME_COLUMNS
+from tests.placement.logtables import make_log
+
+OUTCOME_NUMERIC = ["deleted_at", "size_bytes", "read_ops", "write_ops", "read_bytes", "write_bytes"]
+
+
+@pytest.fixture(scope="module")
+def log() -> pd.DataFrame:
+    return make_log(seed=1).to_pandas()
+
+
+def test_feature_columns_hold_no_outcome_or_id_column() -> None:
+    assert not set(FEATURE_COLUMNS) & set(OUTCOME_COLUMNS)
+    assert not set(FEATURE_COLUMNS) & set(ID_COLUMNS)
+    assert not set(FEATURE_COLUMNS) & {"io_density", "lifetime_s"}
+    assert len(set(FEATURE_COLUMNS)) == len(FEATURE_COLUMNS)
+
+
+def test_shuffling_a_runs_outcomes_leaves_its_features_and_earlier_ones_unchanged(
+    log: pd.DataFrame, rng: np.random.Generator
+) -> None:
+    runs = log.groupby("run_id")["created_at"].min().sort_values().index.tolist()
+    target = runs[len(runs) // 2]
+    before = build_features(log)
+    changed = log.copy()
+    in_run = (changed["run_id"] == target).to_numpy()
+    # permute the target run's outcome columns among its rows (lifetimes stay positive)
+    perm = rng.permutation(np.flatnonzero(in_run))
+    life = changed["deleted_at"] - changed["created_at"]
+    changed.loc[in_run, ["size_bytes", "read_ops", "write_ops", "read_bytes", "write_bytes"]] = (
+        changed.loc[
+            perm, ["size_bytes", "read_ops", "write_ops", "read_bytes", "write_bytes"]
+        ].to_numpy()
+    )
+    changed.loc[in_run, "deleted_at"] = (
+        changed.loc[in_run, "created_at"].to_numpy() + life.to_numpy()[perm]
+    )
+    # and scramble every later run's outcomes
+    later = changed["run_id"].isin(runs[runs.index(target) + 1 :]).to_numpy()
+    changed.loc[later, "read_ops"] = changed.loc[later, "read_ops"] * 7 + 3
+    changed.loc[later, "size_bytes"] = changed.loc[later, "size_bytes"] // 5 + 1
+    assert not np.allclose(log_density(changed), log_density(log))
+    after = build_features(changed)
+    upto = ~later
+    pd.testing.assert_frame_equal(before.loc[upto], after.loc[upto])
+    # outcomes of the target run do reach later runs' history features
+    assert not before.loc[later, "h_ps_ld"].equals(after.loc[later, "h_ps_ld"])
+
+
+def test_first_run_has_no_history_and_second_sees_the_first(log: pd.DataFrame) -> None:
+    feats = build_features(log)
+    first = (log["run_id"] == "pipe0-run0").to_numpy()
+    assert (feats.loc[first, "h_ps_n"] == 0).all()
+    assert feats.loc[first, "h_ps_ld"].isna().all()
+    second = ((log["run_id"] == "pipe0-run1") & (log["stage"] == "load")).to_numpy()
+    earlier = ((log["run_id"] == "pipe0-run0") & (log["stage"] == "load")).to_numpy()
+    expected = log_density(log.loc[earlier]).mean()
+    np.testing.assert_allclose(feats.loc[second, "h_ps_ld"].to_numpy(), expected)
+    np.testing.assert_allclose(feats.loc[second, "h_ps_n"].to_numpy(), np.log1p(earlier.sum()))
+
+
+def test_request_features_match_batch_features(log: pd.DataFrame) -> None:
+    runs = log.groupby("run_id")["created_at"].min().sort_values().index.tolist()
+    last = runs[-1]
+    history = HistoryStore(log[log["run_id"] != last])
+    batch = build_features(log)
+    rows = np.flatnonzero((log["run_id"] == last).to_numpy())[:10]
+    for i in rows:
+        single = features_from_request(log.iloc[i].to_dict(), history)
+        np.testing.assert_allclose(single, batch.iloc[i].to_numpy(), rtol=1e-9, equal_nan=True)
+
+
+def test_request_from_dataclass_and_unknown_facts() -> None:
+    @dataclasses.dataclass
+    class Request:
+        file_kind: str
+        pipeline: str
+        stage: str
+        expected_size_bytes: int | None = None
+
+    row = features_from_request(Request("spill", "p", "s", 2**20))
+    assert row.shape == (len(FEATURE_COLUMNS),)
+    assert row[FEATURE_COLUMNS.index("log_expected_size")] == pytest.approx(np.log10(2**20))
+    assert row[FEATURE_COLUMNS.index("file_kind")] == 0.0
+    assert np.isnan(row[FEATURE_COLUMNS.index("operator")])
+    assert np.isnan(features_from_request({"file_kind": "nonsense"})[0])
+
+
+def test_clean_table_counts_bad_rows(log: pd.DataFrame) -> None:
+    bad = log.copy()
+    bad.loc[0, "deleted_at"] = bad.loc[0, "created_at"] - 1
+    bad.loc[1, "size_bytes"] = -5
+    bad.loc[2, "created_at"] = np.nan
+    out, issues = clean_table(bad)
+    assert len(out) == len(log) - 3
+    assert issues.n_dropped == 3
+    assert issues.dropped["deleted before created"] == 1
+    assert issues.dropped["negative size_bytes"] == 1
+
+
+def test_clean_table_names_missing_columns(log: pd.DataFrame) -> None:
+    with pytest.raises(SchemaError, match="read_ops"):
+        clean_table(log.drop(columns=["read_ops"]))

@@ -1,0 +1,154 @@
+"""The LightGBM density model: learns, saves and loads, refuses bad files, routes per workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import spearmanr
+
+from placement.errors import ModelError
+from placement.features import (
+    FEATURE_COLUMNS,
+    HistoryStore,
+    build_features,
+    features_from_request,
+    log_density,
+)
+from placement.model import DensityModel, ModelParams, ModelSet
+from tests.placement.logtables import make_log
+
+FAST = ModelParams(n_estimators=60, num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def log() -> pd.DataFrame:
+    return make_log(seed=2).to_pandas()
+
+
+@pytest.fixture(scope="module")
+def split(log: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    test = log["run_id"].str.endswith("run3").to_numpy()
+    return ~test, test
+
+
+@pytest.fixture(scope="module")
+def model(log: pd.DataFrame, split: tuple[np.ndarray, np.ndarray]) -> DensityModel:
+    train, _ = split
+    return DensityModel(FAST).fit(log.loc[train])
+
+
+def test_predictions_rank_held_out_runs(
+    log: pd.DataFrame, split: tuple[np.ndarray, np.ndarray], model: DensityModel
+) -> None:
+    _, test = split
+    feats = build_features(log, HistoryStore(log))
+    pred = model.predict(feats.loc[test])
+    rho = spearmanr(pred, log_density(log.loc[test])).statistic
+    assert rho > 0.8
+    assert pred.shape == (int(test.sum()),)
+
+
+def test_single_row_path_equals_batch(log: pd.DataFrame, model: DensityModel) -> None:
+    history = HistoryStore(log)
+    row = features_from_request(log.iloc[5].to_dict(), history)
+    assert model.predict_one(row) == pytest.approx(model.predict(row[None, :])[0])
+    assert model.predict(row).shape == (1,)
+
+
+def test_feature_importances_name_every_feature(model: DensityModel) -> None:
+    imp = model.feature_importances()
+    assert set(imp) == set(FEATURE_COLUMNS)
+    values = list(imp.values())
+    assert values == sorted(values, reverse=True) and values[0] > 0
+    with pytest.raises(ValueError, match="gain"):
+        model.feature_importances("bogus")
+
+
+def test_save_load_round_trip(tmp_path: Path, log: pd.DataFrame, model: DensityModel) -> None:
+    model.save(tmp_path / "m")
+    loaded = DensityModel.load(tmp_path / "m")
+    feats = build_features(log)
+    np.testing.assert_array_equal(loaded.predict(feats), model.predict(feats))
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert meta["feature_columns"] == list(FEATURE_COLUMNS) and meta["schema_version"] == 1
+    assert loaded.file_bytes > 0
+    assert (
+        DensityModel.load(tmp_path / "m" / "model.json").booster.num_trees()
+        == model.booster.num_trees()
+    )
+
+
+def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="no model directory.*placement train"):
+        DensityModel.load(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="model.json is missing"):
+        DensityModel.load(tmp_path / "empty")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: (d / "model.txt").write_text("tree\nnot a model\n"), "corrupt"),
+        (lambda d: (d / "model.json").write_text("{not json"), "not JSON"),
+        (lambda d: _edit_meta(d, model_version=99), "model version 99"),
+        (lambda d: _edit_meta(d, schema_version=99), "schema version 99"),
+        (lambda d: _edit_meta(d, feature_columns=["a", "b"]), "other features"),
+        (lambda d: _edit_meta(d, format="something-else"), "not a placement density model"),
+    ],
+)
+def test_bad_model_files_are_refused(
+    tmp_path: Path, model: DensityModel, edit, message: str
+) -> None:
+    d = model.save(tmp_path / "m")
+    model.path = None
+    edit(d)
+    with pytest.raises(ModelError, match=message):
+        DensityModel.load(d)
+
+
+def _edit_meta(directory: Path, **changes: object) -> None:
+    meta = json.loads((directory / "model.json").read_text())
+    meta.update(changes)
+    (directory / "model.json").write_text(json.dumps(meta))
+
+
+def test_untrained_and_misshapen_inputs() -> None:
+    with pytest.raises(ModelError, match="not trained"):
+        DensityModel().predict(np.zeros(len(FEATURE_COLUMNS)))
+    with pytest.raises(ValueError, match="learning_rate"):
+        ModelParams(learning_rate=2.0)
+
+
+def test_wrong_feature_shape(model: DensityModel) -> None:
+    with pytest.raises(ModelError, match="expected"):
+        model.predict(np.zeros((2, 3)))
+    with pytest.raises(ModelError, match="build_features"):
+        model.predict(pd.DataFrame({"x": [1.0]}))
+
+
+def test_model_set_routes_per_pipeline_with_global_fallback(
+    tmp_path: Path, log: pd.DataFrame
+) -> None:
+    models = ModelSet.fit(log, per_workload=True, min_rows=50, params=FAST)
+    assert set(models.per_pipeline) == set(log["pipeline"].unique())
+    # bring your own model: one trained on shifted targets, for pipe1 only
+    feats = build_features(log)
+    own = DensityModel(FAST).fit_features(feats, log_density(log) + 3.0)
+    own.save(tmp_path / "own")
+    models.add("pipe1", tmp_path / "own")
+    names = log["pipeline"].to_numpy()
+    pred = models.predict(feats, names)
+    base = models.global_model.predict(feats)
+    pipe1 = names == "pipe1"
+    assert np.mean(pred[pipe1] - base[pipe1]) > 2.0
+    np.testing.assert_array_equal(models.predict(feats, ["unknown"] * len(feats)), base)
+    models.save(tmp_path / "set")
+    again = ModelSet.load(tmp_path / "set")
+    np.testing.assert_allclose(again.predict(feats, names), pred)
+    # a single model directory loads as a set with only the global model
+    assert ModelSet.load(tmp_path / "own").per_pipeline == {}

@@ -1,0 +1,152 @@
+"""Placement policies: never over budget, SSD full -> HDD, adaptive threshold, the oracle."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from placement.policy import (
+    AdaptiveThresholdPolicy,
+    AllHDDPolicy,
+    FirstFitPolicy,
+    OraclePolicy,
+    PlacementPolicy,
+    SmallFilesFirstPolicy,
+    SSDLedger,
+    StageHistoryPolicy,
+    oracle_admissions,
+)
+from placement.tier import Tier
+
+
+def test_every_policy_follows_the_protocol() -> None:
+    for p in (
+        AllHDDPolicy(),
+        FirstFitPolicy(10),
+        SmallFilesFirstPolicy(10),
+        StageHistoryPolicy(10),
+        AdaptiveThresholdPolicy(10),
+        OraclePolicy([], 10),
+    ):
+        assert isinstance(p, PlacementPolicy)
+
+
+def test_first_fit_fills_then_falls_back_to_hdd_and_reuses_freed_space() -> None:
+    p = FirstFitPolicy(100)
+    assert p.place("a", math.nan, 60, 0.0) is Tier.SSD
+    assert p.place("b", math.nan, 60, 1.0) is Tier.HDD  # does not fit: HDD, no error
+    assert p.place("c", math.nan, 40, 2.0) is Tier.SSD
+    assert p.ledger.used == 100
+    p.release("a", 3.0)
+    p.release("b", 3.0)  # an HDD file: nothing to free
+    assert p.ledger.used == 40
+    assert p.place("d", math.nan, 60, 4.0) is Tier.SSD
+
+
+def test_zero_capacity_and_bad_capacity() -> None:
+    assert FirstFitPolicy(0).place("a", 0.0, 1, 0.0) is Tier.HDD
+    with pytest.raises(ValueError, match="ssd_capacity_bytes"):
+        FirstFitPolicy(-1)
+    with pytest.raises(ValueError, match="ssd_capacity_bytes"):
+        SSDLedger(float("inf"))  # type: ignore[arg-type]
+
+
+def test_all_hdd() -> None:
+    assert AllHDDPolicy().place("a", 10.0, 1, 0.0) is Tier.HDD
+
+
+def test_small_files_first_with_a_size_limit() -> None:
+    p = SmallFilesFirstPolicy(1000, max_size_bytes=100)
+    assert p.place("small", math.nan, 50, 0.0) is Tier.SSD
+    assert p.place("big", math.nan, 500, 0.0) is Tier.HDD
+
+
+def test_adaptive_threshold_admits_all_when_empty_and_only_dense_files_when_full(
+    rng: np.random.Generator,
+) -> None:
+    p = AdaptiveThresholdPolicy(1000, min_window=10, refresh=1)
+    preds = rng.normal(-5, 1, 200)
+    for i, x in enumerate(preds[:100]):  # files that leave at once keep the SSD empty
+        p.place(("warm", i), float(x), 10, float(i))
+        p.release(("warm", i), float(i))
+    assert p.threshold() == -math.inf  # empty SSD: anything that fits
+    assert p.place("low-when-empty", -9.0, 10, 100.0) is Tier.SSD
+    assert p.place("filler", -9.0, 880, 101.0) is Tier.SSD  # occupancy now 0.89
+    bar = p.threshold()
+    # f = (1 - 0.89) ** 0.5 = 0.33 of the 1890 recent bytes: the densest ~63 of the 100 warm files
+    warm = np.sort(preds[:100])[::-1]
+    assert warm[70] < bar <= warm[55]
+    assert p.place("low-when-full", float(warm[90]), 10, 102.0) is Tier.HDD
+    assert p.place("dense-when-full", float(preds.max()) + 1, 10, 103.0) is Tier.SSD
+    assert p.place("unknown", math.nan, 1, 104.0) is Tier.HDD
+    assert p.ledger.used <= p.ledger.capacity
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"window": 0},
+        {"min_window": -1},
+        {"exponent": 0},
+        {"refresh": 0},
+        {"exponent": float("nan")},
+    ],
+)
+def test_adaptive_threshold_validates_options(options: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(options))):
+        AdaptiveThresholdPolicy(10, **options)
+
+
+def _max_overlap(created, deleted, size, mask) -> float:
+    events = sorted(
+        [(d, 0, -s) for c, d, s, m in zip(created, deleted, size, mask, strict=True) if m]
+        + [(c, 1, s) for c, d, s, m in zip(created, deleted, size, mask, strict=True) if m]
+    )
+    level = peak = 0.0
+    for _, _, delta in events:
+        level += delta
+        peak = max(peak, level)
+    return peak
+
+
+def test_oracle_admissions_hand_example() -> None:
+    #           [0,10) dense 6   [0,5) 5   [5,10) 5   [2,3) 4 (densest)
+    created = np.array([0.0, 0.0, 5.0, 2.0])
+    deleted = np.array([10.0, 5.0, 10.0, 3.0])
+    size = np.array([6.0, 5.0, 5.0, 4.0])
+    value = np.array([2.0, 1.0, 1.0, 3.0])
+    mask = oracle_admissions(created, deleted, size, value, 10)
+    # densest [2,3) size 4, then the 6-byte [0,10) fits beside it; then neither 5 fits
+    assert mask.tolist() == [True, False, False, True]
+    assert oracle_admissions(created, deleted, size, value, 10, min_value=2.5).tolist() == [
+        False,
+        False,
+        False,
+        True,
+    ]
+
+
+def test_oracle_admissions_are_feasible_and_greedy(rng: np.random.Generator) -> None:
+    n = 300
+    created = rng.uniform(0, 100, n)
+    deleted = created + rng.exponential(5, n)
+    size = rng.integers(1, 50, n).astype(float)
+    value = rng.normal(size=n)
+    cap = 200
+    mask = oracle_admissions(created, deleted, size, value, cap)
+    assert _max_overlap(created, deleted, size, mask) <= cap
+    assert mask[np.argmax(value)]  # the most valuable file always fits alone
+    # maximality: every rejected file would overflow the SSD next to those admitted
+    for i in np.flatnonzero(~mask)[:40]:
+        trial = mask.copy()
+        trial[i] = True
+        assert _max_overlap(created, deleted, size, trial) > cap
+
+
+def test_oracle_policy_places_its_admissions() -> None:
+    p = OraclePolicy([1, 3], 10)
+    assert p.place(1, math.nan, 5, 0.0) is Tier.SSD
+    assert p.place(2, math.nan, 1, 0.0) is Tier.HDD
+    assert p.place(3, math.nan, 6, 0.0) is Tier.HDD  # would not fit: HDD, never an error

@@ -1,0 +1,135 @@
+"""The trace simulator: replay order, budget enforcement, pricing, overload, bad rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from placement.cost import CostModel
+from placement.policy import AdaptiveThresholdPolicy, AllHDDPolicy, FirstFitPolicy, OraclePolicy
+from placement.schema import SCHEMA
+from placement.simulator import Trace, peak_live_bytes, simulate
+from placement.tier import Tier
+from tests.placement.logtables import make_log
+
+
+def _log(rows: list[tuple[float, float, int, int]]) -> pd.DataFrame:
+    """Rows of (created_at, deleted_at, size_bytes, ops)."""
+    out = []
+    for i, (c, d, size, ops) in enumerate(rows):
+        out.append(
+            {
+                "file_id": f"f{i}",
+                "pipeline": "p",
+                "run_id": "r",
+                "stage": "s",
+                "created_at": c,
+                "file_kind": "spill",
+                "deleted_at": d,
+                "size_bytes": size,
+                "read_ops": ops - 1,
+                "write_ops": 1,
+                "read_bytes": size * (ops - 1),
+                "write_bytes": size,
+            }
+        )
+    df = pd.DataFrame(out)
+    for f in SCHEMA:
+        if f.name not in df.columns:
+            df[f.name] = None
+    return df
+
+
+class AlwaysSSD:
+    """A rogue policy that asks for SSD for every file."""
+
+    name = "always-ssd"
+
+    def place(self, file_id, predicted_log_density, size_bytes, now):
+        return Tier.SSD
+
+    def release(self, file_id, now):
+        return None
+
+
+def test_deletions_free_space_before_creations_at_the_same_time() -> None:
+    df = _log([(0.0, 1.0, 100, 2), (1.0, 2.0, 100, 2)])
+    r = simulate(df, FirstFitPolicy(100), CostModel(), 100, keep_tiers=True)
+    assert r.tiers.tolist() == [1, 1] and r.peak_ssd_bytes == 100
+
+
+def test_tco_and_savings_match_the_cost_model() -> None:
+    df = _log([(0.0, 10.0, 10_000, 2), (0.0, 10.0, 10_000, 40), (5.0, 6.0, 5_000, 3)])
+    cost = CostModel()
+    r = simulate(df, FirstFitPolicy(15_000), cost, 15_000, keep_tiers=True)
+    assert r.tiers.tolist() == [1, 0, 1]
+    life = np.array([10.0, 10.0, 1.0])
+    size = np.array([10_000.0, 10_000.0, 5_000.0])
+    ops = np.array([2.0, 40.0, 3.0])
+    ssd, hdd = cost.ssd_cost(size, life), cost.hdd_cost(size, life, ops)
+    assert r.tco_usd == pytest.approx(ssd[0] + hdd[1] + ssd[2])
+    assert r.all_hdd_tco_usd == pytest.approx(hdd.sum())
+    assert r.savings_fraction == pytest.approx((hdd[0] - ssd[0] + hdd[2] - ssd[2]) / hdd.sum())
+    assert r.ssd_io_share == pytest.approx(5 / 45)
+    assert simulate(df, AllHDDPolicy(), cost, 15_000).savings_usd == 0.0
+
+
+def test_a_policy_cannot_exceed_the_budget(rng: np.random.Generator) -> None:
+    c = rng.uniform(0, 100, 500)
+    df = _log([(float(a), float(a + rng.exponential(3)), int(rng.integers(1, 100)), 2) for a in c])
+    r = simulate(df, AlwaysSSD(), CostModel(), 300)
+    assert r.overruled > 0 and r.peak_ssd_bytes <= 300
+    r = simulate(df, FirstFitPolicy(300), CostModel(), 300)
+    assert r.overruled == 0 and r.peak_ssd_bytes <= 300
+
+
+def test_oracle_is_feasible_and_beats_first_fit_on_a_real_shaped_log() -> None:
+    log = make_log(seed=3)
+    trace = Trace.from_table(log)
+    cap = int(0.05 * peak_live_bytes(trace))
+    oracle = simulate(trace, trace.oracle(cap), CostModel(), cap)
+    first_fit = simulate(trace, FirstFitPolicy(cap), CostModel(), cap)
+    assert oracle.overruled == 0
+    assert oracle.savings_usd > first_fit.savings_usd
+    assert OraclePolicy.for_table(log, cap).admitted == trace.oracle(cap).admitted
+
+
+def test_hdd_overload_is_measured() -> None:
+    # two files of 200 ops/s each overlap for 1 s; one drive gives 170 ops/s
+    df = _log([(0.0, 2.0, 4096, 400), (1.0, 3.0, 4096, 400)])
+    r = simulate(df, AllHDDPolicy(), CostModel(), 0, hdd_drives=1)
+    assert r.hdd_peak_iops_demand == pytest.approx(400)
+    assert r.hdd_overload_s == pytest.approx(3.0)  # 200 > 170 over [0, 3)
+    assert r.hdd_overload_ops == pytest.approx(30 + 230 + 30)
+    relieved = simulate(df, FirstFitPolicy(4096), CostModel(), 4096)
+    assert relieved.hdd_overload_s == pytest.approx(2.0)  # only the second file, over [1, 3)
+
+
+def test_predictions_reach_the_policy_and_must_match_rows() -> None:
+    df = _log([(float(i), float(i) + 0.5, 100, 2) for i in range(100)])
+    pred = np.where(np.arange(100) % 2 == 0, -1.0, np.nan)  # no prediction: HDD
+    r = simulate(
+        df, AdaptiveThresholdPolicy(1000), CostModel(), 1000, predictions=pred, keep_tiers=True
+    )
+    assert r.tiers[1::2].sum() == 0 and r.tiers[::2].sum() == 50
+    df2 = df.assign(predicted_log_density=pred)
+    assert simulate(df2, AdaptiveThresholdPolicy(1000), CostModel(), 1000).ssd_files == 50
+    with pytest.raises(ValueError, match="usable rows"):
+        simulate(df, FirstFitPolicy(10), CostModel(), 10, predictions=np.zeros(3))
+
+
+def test_bad_rows_are_dropped_and_counted() -> None:
+    df = _log([(0.0, 1.0, 100, 2), (5.0, 1.0, 100, 2), (math.nan, 1.0, 100, 2)])
+    r = simulate(df, FirstFitPolicy(1000), CostModel(), 1000)
+    assert r.n_files == 1 and r.dropped_rows == 2
+    with pytest.raises(ValueError, match="ssd_capacity_bytes"):
+        simulate(df, FirstFitPolicy(10), CostModel(), -1)
+
+
+def test_peak_live_bytes() -> None:
+    df = _log([(0.0, 2.0, 10, 2), (1.0, 3.0, 20, 2), (2.0, 4.0, 40, 2)])
+    assert peak_live_bytes(df) == 60
+    assert peak_live_bytes(df.iloc[:0]) == 0

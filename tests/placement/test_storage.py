@@ -1,0 +1,384 @@
+"""Unit tests of the tiered temporary-file store (no cluster)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import placement.storage.store as store_module
+from placement.schema import SCHEMA, conform
+from placement.storage import (
+    ByKindTier,
+    FileKind,
+    FileRequest,
+    FixedTier,
+    StorageError,
+    TieredFileStore,
+    TierIOError,
+    UnsafePathError,
+)
+from placement.storage.paths import check_name, name_for_key
+from placement.tier import Tier
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def add(self, row: dict) -> None:
+        self.rows.append(dict(row))
+
+
+def request(kind: FileKind = FileKind.SPILL, **kw: object) -> FileRequest:
+    return FileRequest(
+        file_kind=kind, created_at=time.time(), pipeline="p", run_id="r", stage="s", **kw
+    )
+
+
+@pytest.fixture
+def sink() -> ListSink:
+    return ListSink()
+
+
+@pytest.fixture
+def store(tmp_path: Path, sink: ListSink) -> TieredFileStore:
+    s = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink)
+    yield s
+    s.close()
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.endswith(".lock"))
+
+
+# ---------------------------------------------------------------------- requests, choosers
+def test_request_rejects_bad_values() -> None:
+    with pytest.raises(ValueError, match="file_kind='tmp' is not one of"):
+        FileRequest(file_kind="tmp", created_at=1.0)
+    with pytest.raises(ValueError, match="n_partitions_out=-1"):
+        FileRequest(file_kind="spill", created_at=1.0, n_partitions_out=-1)
+    with pytest.raises(ValueError, match="created_at"):
+        FileRequest(file_kind="spill", created_at=float("nan"))
+    with pytest.raises(ValueError, match="stage=''"):
+        FileRequest(file_kind="spill", created_at=1.0, stage="")
+    assert FileRequest(file_kind="shuffle", created_at=1.0).file_kind is FileKind.SHUFFLE
+
+
+def test_choosers_validate_and_choose() -> None:
+    with pytest.raises(ValueError, match="tier='nvme'"):
+        FixedTier("nvme")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="FileKind -> Tier"):
+        ByKindTier({"blob": Tier.SSD})
+    chooser = ByKindTier({FileKind.SHUFFLE: Tier.SSD})
+    assert chooser.choose(request(FileKind.SHUFFLE)) is Tier.SSD
+    assert chooser.choose(request(FileKind.SPILL)) is Tier.HDD
+
+
+def test_store_rejects_bad_configuration(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="same directory"):
+        TieredFileStore(ssd_dir=tmp_path / "x", hdd_dir=tmp_path / "x")
+    with pytest.raises(TypeError, match="no choose"):
+        TieredFileStore(ssd_dir=tmp_path / "a", hdd_dir=tmp_path / "b", chooser=object())  # type: ignore[arg-type]
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StorageError, match="cannot create the ssd directory"):
+        TieredFileStore(ssd_dir=tmp_path / "file" / "ssd", hdd_dir=tmp_path / "b")
+
+
+# ---------------------------------------------------------------------- counting and rows
+def test_write_read_delete_counts_and_emits_one_schema_row(
+    store: TieredFileStore, sink: ListSink
+) -> None:
+    handle = store.create("k1", request(expected_size_bytes=11, n_partitions_out=4))
+    assert store.write(handle, [b"hello ", bytearray(b"world")]) == 11
+    assert bytes(store.read(handle)) == b"hello world"
+    assert bytes(store.read(handle)) == b"hello world"
+    assert store.usage() == {Tier.SSD: 0, Tier.HDD: 11}
+    row = store.delete(handle)
+    assert store.delete(handle) is None  # a second delete is a no-op
+    assert sink.rows == [row]
+    assert row["write_ops"] == 1 and row["write_bytes"] == 11
+    assert row["read_ops"] == 2 and row["read_bytes"] == 22
+    assert row["size_bytes"] == 11 and row["tier"] == "hdd"
+    assert row["deleted_at"] >= row["created_at"]
+    assert row["n_partitions_out"] == 4 and row["file_kind"] == "spill"
+    assert row["host"] and row["file_id"].startswith(store.label)
+    table = conform(pa.Table.from_pylist(sink.rows, schema=SCHEMA))
+    assert table.num_rows == 1
+    assert files_under(store.roots[Tier.HDD]) == []
+
+
+def test_rewrite_keeps_the_largest_size(store: TieredFileStore) -> None:
+    handle = store.create("k", request())
+    store.write(handle, b"x" * 100)
+    store.write(handle, b"y" * 10)
+    assert bytes(store.read(handle)) == b"y" * 10
+    row = store.delete(handle)
+    assert row["size_bytes"] == 100 and row["write_ops"] == 2 and row["write_bytes"] == 110
+
+
+def test_appends_stay_partial_until_sealed(store: TieredFileStore) -> None:
+    handle = store.create("shuffle-1/0", request(FileKind.SHUFFLE))
+    for chunk in (b"aa", b"bbb", b"c"):
+        store.append(handle, chunk)
+    assert not handle.path.exists(), "an unsealed file must not be readable under its name"
+    assert handle.partial_path.read_bytes() == b"aabbbc"
+    assert bytes(store.read(handle)) == b"aabbbc"
+    assert handle.path.exists() and not handle.partial_path.exists()
+    with pytest.raises(StorageError, match="sealed"):
+        store.append(handle, b"more")
+    row = store.delete(handle)
+    assert (
+        row["write_ops"],
+        row["write_bytes"],
+        row["read_ops"],
+        row["read_bytes"],
+        row["size_bytes"],
+    ) == (
+        3,
+        6,
+        1,
+        6,
+        6,
+    )
+
+
+def test_chooser_decides_the_directory(tmp_path: Path, sink: ListSink) -> None:
+    chooser = ByKindTier({FileKind.SHUFFLE: Tier.SSD})
+    with TieredFileStore(
+        ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", chooser=chooser, sink=sink
+    ) as s:
+        fast = s.create("a", request(FileKind.SHUFFLE))
+        slow = s.create("b", request(FileKind.SPILL))
+        s.write(fast, b"1")
+        s.write(slow, b"2")
+        assert fast.path.parent == s.roots[Tier.SSD] and fast.path.read_bytes() == b"1"
+        assert slow.path.parent == s.roots[Tier.HDD] and slow.path.read_bytes() == b"2"
+    assert sorted(r["tier"] for r in sink.rows) == ["hdd", "ssd"]  # close() deleted and logged both
+
+
+def test_failing_chooser_falls_back_to_hdd(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        def choose(self, request: FileRequest) -> Tier:
+            raise RuntimeError("model unavailable")
+
+    with TieredFileStore(ssd_dir=tmp_path / "s", hdd_dir=tmp_path / "h", chooser=Broken()) as s:
+        with caplog.at_level(logging.ERROR):
+            handle = s.create("x", request())
+        assert handle.tier is Tier.HDD
+        assert "model unavailable" in caplog.text
+
+
+def test_failing_sink_still_deletes(tmp_path: Path) -> None:
+    class Refusing:
+        def add(self, row: dict) -> None:
+            raise OSError("log disk gone")
+
+    with TieredFileStore(ssd_dir=tmp_path / "s", hdd_dir=tmp_path / "h", sink=Refusing()) as s:
+        handle = s.create("x", request())
+        s.write(handle, b"data")
+        s.delete(handle)
+        assert not handle.path.exists() and s.rows_dropped == 1
+
+
+def test_duplicate_and_deleted_files_are_errors(store: TieredFileStore) -> None:
+    handle = store.create("x", request())
+    with pytest.raises(StorageError, match="already exists"):
+        store.create("x", request())
+    store.delete(handle)
+    with pytest.raises(StorageError, match="already deleted"):
+        store.write(handle, b"late")
+
+
+# ---------------------------------------------------------------------- unsafe names
+@pytest.mark.parametrize(
+    "name",
+    [
+        "..",
+        "../escape",
+        "a/../../b",
+        "/etc/passwd",
+        "",
+        "a//b",
+        "./a",
+        "a\\b",
+        "a\x00b",
+        "x.partial",
+        "a" * 300,
+    ],
+)
+def test_unsafe_names_are_refused(store: TieredFileStore, tmp_path: Path, name: str) -> None:
+    with pytest.raises(UnsafePathError):
+        store.create(name, request())
+    assert store.live_files() == []
+
+
+def test_symlinks_inside_the_tier_are_refused(store: TieredFileStore, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (store.roots[Tier.HDD] / "link").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        store.create("link/stolen", request())
+    (store.roots[Tier.HDD] / "filelink").symlink_to(outside / "target")
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        store.create("filelink", request())
+    assert list(outside.iterdir()) == []
+
+
+def test_names_made_from_keys_are_safe() -> None:
+    for key in ["../../etc/passwd", ("x-1", "/abs", 3), ".hidden", "a/b/../c", "\x00"]:
+        name = name_for_key(key, 7)
+        assert check_name(name) == (name,)
+        assert "/" not in name and not name.startswith(".")
+
+
+# ---------------------------------------------------------------------- SSD full
+@pytest.fixture
+def ssd_full(monkeypatch: pytest.MonkeyPatch, store: TieredFileStore) -> dict[str, int]:
+    """Inject ENOSPC into writes landing on the SSD directory, after writing a torn half frame."""
+    real = store_module._write_frames
+    calls = {"failed": 0, "allowed_ssd_writes": 0}
+
+    def write(fd: int, frames: list) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(store.roots[Tier.SSD])):
+            if calls["allowed_ssd_writes"] > 0:
+                calls["allowed_ssd_writes"] -= 1
+                return real(fd, frames)
+            calls["failed"] += 1
+            first = bytes(frames[0])
+            os.write(
+                fd, first[: max(1, len(first) // 2)]
+            )  # a torn tail, as a real full disk leaves
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, frames)
+
+    monkeypatch.setattr(store_module, "_write_frames", write)
+    return calls
+
+
+def test_ssd_full_on_write_goes_to_hdd(
+    store: TieredFileStore, sink: ListSink, ssd_full: dict[str, int]
+) -> None:
+    handle = store.create("k", request(), tier=Tier.SSD)
+    store.write(handle, [b"0123456789", b"abc"])
+    assert ssd_full["failed"] == 1 and store.fallbacks == 1
+    assert handle.tier is Tier.HDD and handle.path.parent == store.roots[Tier.HDD]
+    assert bytes(store.read(handle)) == b"0123456789abc"
+    assert files_under(store.roots[Tier.SSD]) == []
+    row = store.delete(handle)
+    assert row["tier"] == "hdd" and row["write_ops"] == 1 and row["size_bytes"] == 13
+
+
+def test_ssd_full_mid_append_moves_the_bytes_to_hdd(
+    store: TieredFileStore, ssd_full: dict[str, int]
+) -> None:
+    ssd_full["allowed_ssd_writes"] = 2
+    handle = store.create("shuffle-9/3", request(FileKind.SHUFFLE), tier=Tier.SSD)
+    store.append(handle, b"first-")
+    store.append(handle, b"second-")
+    store.append(handle, b"third")  # SSD fills here, after a torn half write
+    assert handle.tier is Tier.HDD and store.fallbacks == 1
+    assert bytes(store.read(handle)) == b"first-second-third"
+    assert files_under(store.roots[Tier.SSD]) == []
+    row = store.delete(handle)
+    assert row["write_ops"] == 3 and row["write_bytes"] == row["size_bytes"] == 18
+
+
+def test_both_tiers_failing_raises_an_oserror(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, frames: list) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_module, "_write_frames", full)
+    handle = store.create("k", request(), tier=Tier.SSD)
+    with pytest.raises(TierIOError) as info:
+        store.write(handle, b"data")
+    assert isinstance(info.value, OSError) and info.value.errno == errno.ENOSPC
+    assert not handle.path.exists() and not handle.partial_path.exists()
+
+
+# ---------------------------------------------------------------------- crashes and orphans
+CRASHING_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    import placement.storage.store as store_module
+    from placement.storage import TieredFileStore, FileRequest
+    from placement.tier import Tier
+
+    def slow_write(fd, frames):  # writes the first frame, then stalls until killed
+        os.write(fd, frames[0])
+        print("writing", flush=True)
+        time.sleep(60)
+
+    store_module._write_frames = slow_write
+    store = TieredFileStore(ssd_dir=sys.argv[1], hdd_dir=sys.argv[2])
+    handle = store.create("big", FileRequest(file_kind="spill", created_at=time.time()), tier=Tier.SSD)
+    print(handle.path, flush=True)
+    store.write(handle, [b"x" * 65536, b"y" * 65536])
+    """
+)
+
+
+def test_process_killed_mid_write_leaves_no_readable_file_and_orphans_are_removed(
+    tmp_path: Path,
+) -> None:
+    ssd, hdd = tmp_path / "ssd", tmp_path / "hdd"
+    with TieredFileStore(ssd_dir=ssd, hdd_dir=hdd) as survivor:
+        kept = survivor.create("kept", request())
+        survivor.write(kept, b"still here")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CRASHING_WRITER, str(ssd), str(hdd)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            final = Path(proc.stdout.readline().strip())
+            assert proc.stdout.readline().strip() == "writing"
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        partial = final.with_name(final.name + ".partial")
+        assert partial.stat().st_size == 65536, "the killed write was really under way"
+        assert not final.exists(), "a killed writer must never leave a file under its final name"
+        dead_dir = final.parent
+
+        with TieredFileStore(ssd_dir=ssd, hdd_dir=hdd) as restarted:
+            assert restarted.orphans_removed == 1
+            assert not dead_dir.exists()
+            assert not Path(str(dead_dir) + ".lock").exists()
+            assert bytes(survivor.read(kept)) == b"still here", (
+                "a live store's files must be left alone"
+            )
+
+
+def test_cleanup_removes_files_of_dead_stores(tmp_path: Path) -> None:
+    ssd, hdd = tmp_path / "ssd", tmp_path / "hdd"
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        from placement.storage import TieredFileStore, FileRequest
+        s = TieredFileStore(ssd_dir=sys.argv[1], hdd_dir=sys.argv[2])
+        for i in range(3):
+            h = s.create(f"f{i}", FileRequest(file_kind="spill", created_at=time.time()))
+            s.write(h, b"payload")
+        os._exit(0)  # exits without closing the store, as a crash would
+        """
+    )
+    subprocess.run([sys.executable, "-c", script, str(ssd), str(hdd)], check=True, timeout=60)
+    assert len(files_under(hdd)) == 3
+    with TieredFileStore(ssd_dir=ssd, hdd_dir=hdd) as s:
+        assert s.orphans_removed == 3
+        assert files_under(hdd) == []

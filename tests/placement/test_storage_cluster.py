@@ -1,0 +1,181 @@
+"""Integration: placement storage on a real multi-process LocalCluster under tight memory."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from placement.logwriter import read_logs
+from placement.storage import RunContext, flush_worker_logs, set_run_context, worker_storage_state
+from placement.workloads import graph_facts
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def settle(client, timeout: float = 60.0) -> None:
+    """Wait until every worker's temporary files are deleted (their rows logged), then flush."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(s["live_files"] == 0 for s in client.run(worker_storage_state).values()):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(
+            f"temporary files still alive after {timeout} s: {client.run(worker_storage_state)}"
+        )
+    client.run(flush_worker_logs)
+
+
+def run_rows(log_dir: Path, run_id: str) -> pd.DataFrame:
+    logs = read_logs(log_dir)
+    assert logs.bad_files == []
+    table = logs.table.to_pandas()
+    return table[table["run_id"] == run_id]
+
+
+def data_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+
+
+def test_spill_and_shuffle_heavy_dataframe_matches_pandas_and_logs_every_file(
+    tiered_cluster, rng
+) -> None:
+    import dask.dataframe as dd
+    from distributed import wait
+
+    client = tiered_cluster.client
+    n = 2_000_000  # 64 MB of numbers: twice what two workers may keep in managed memory
+    pdf = pd.DataFrame(
+        {
+            "k": rng.integers(0, 5000, n),
+            "v": rng.random(n),
+            "w": rng.standard_normal(n),
+            "t": rng.integers(0, 10**6, n),
+        }
+    )
+    ddf = dd.from_pandas(pdf, npartitions=16)
+    shuffled = ddf.shuffle("k", shuffle_method="p2p")
+    facts = graph_facts([shuffled], "shuffle")
+    run_id = "it-dataframe"
+    context = RunContext(
+        pipeline="integration",
+        run_id=run_id,
+        operator="shuffle",
+        input_bytes=int(pdf.memory_usage().sum()),
+        n_partitions_in=16,
+        n_workers=2,
+        stage_tasks=facts.stage_tasks,
+        shuffle_stages=facts.shuffle_stages,
+        shuffle_inputs=facts.shuffle_inputs,
+    )
+    client.run(set_run_context, context)
+    try:
+        persisted = client.persist(shuffled)
+        wait(persisted)
+        result = persisted.groupby("k").agg({"v": "sum", "w": "max", "t": "count"}).compute()
+        total = len(persisted)
+        del persisted
+    finally:
+        client.run(set_run_context, None)
+    expected = pdf.groupby("k").agg({"v": "sum", "w": "max", "t": "count"})
+    pd.testing.assert_frame_equal(
+        result.sort_index(), expected.sort_index(), check_exact=False, rtol=1e-9
+    )
+    assert total == n
+
+    settle(client)
+    rows = run_rows(tiered_cluster.log_dir, run_id)
+    spill = rows[rows["file_kind"] == "spill"]
+    shuffle = rows[rows["file_kind"] == "shuffle"]
+    assert len(spill) > 0, "the run was meant to spill under tight memory"
+    assert len(shuffle) > 0
+
+    # shuffle files: appended as shards arrive, read once by their output task, on SSD as chosen
+    assert (shuffle["tier"] == "ssd").all()
+    assert (shuffle["write_ops"] >= 1).all() and (shuffle["write_ops"] <= 16).all()
+    assert (shuffle["write_bytes"] == shuffle["size_bytes"]).all()
+    assert (shuffle["read_ops"] == 1).all() and (
+        shuffle["read_bytes"] == shuffle["size_bytes"]
+    ).all()
+    assert shuffle["worker"].nunique() == 2
+    # the persisted shuffle was named by the driver; the groupby's own shuffle was not announced
+    main = shuffle[shuffle["stage"] == "shuffle-p2p0"]
+    assert list(facts.shuffle_stages.values()) == ["shuffle-p2p0"]
+    assert len(main) == 16  # one file per output partition
+    assert (main["n_partitions_out"] == 16).all() and (main["n_partitions_in"] == 16).all()
+    assert main["size_bytes"].sum() > 0.5 * pdf.memory_usage().sum()  # every row crossed the disk
+    assert set(shuffle["stage"]) <= {"shuffle-p2p0", "p2p-shuffle"}
+
+    # spill files: written once when evicted, read back whole if the value was needed again
+    assert (spill["tier"] == "hdd").all()
+    assert (spill["write_ops"] == 1).all()
+    assert (spill["write_bytes"] == spill["size_bytes"]).all() and (spill["size_bytes"] > 0).all()
+    assert (spill["read_bytes"] == spill["read_ops"] * spill["size_bytes"]).all()
+    assert spill["read_ops"].sum() > 0, "the groupby read spilled partitions back"
+    assert (spill["expected_size_bytes"] == spill["size_bytes"]).all()
+    persisted_spill = spill[spill["stage"] == "p2pshuffle"]  # the kept shuffle output partitions
+    assert len(persisted_spill) > 0 and (persisted_spill["n_partitions_out"] == 16).all()
+
+    for frame in (spill, shuffle):
+        assert (frame["deleted_at"] >= frame["created_at"]).all()
+        assert frame["pipeline"].eq("integration").all() and frame["worker"].notna().all()
+    assert data_files(tiered_cluster.ssd_dir) == [] and data_files(tiered_cluster.hdd_dir) == []
+
+
+def test_p2p_rechunk_matches_numpy_and_logs_rechunk_files(tiered_cluster) -> None:
+    import dask.array as da
+
+    client = tiered_cluster.client
+    x = np.random.default_rng(3).random((1600, 1600))
+    dx = da.from_array(x, chunks=(100, 1600)).rechunk((1600, 100), method="p2p")
+    client.run(
+        set_run_context, RunContext(pipeline="integration", run_id="it-rechunk", operator="rechunk")
+    )
+    try:
+        got = client.compute(dx.sum(axis=0)).result()
+    finally:
+        client.run(set_run_context, None)
+    np.testing.assert_allclose(got, x.sum(axis=0))
+    settle(client)
+    rows = run_rows(tiered_cluster.log_dir, "it-rechunk")
+    rechunk = rows[rows["file_kind"] == "rechunk"]
+    assert len(rechunk) == 16  # one file per output chunk, across both workers
+    assert (rechunk["tier"] == "ssd").all()
+    assert (rechunk["read_bytes"] == rechunk["size_bytes"]).all() and (
+        rechunk["read_ops"] == 1
+    ).all()
+    assert rechunk["write_bytes"].sum() >= x.nbytes
+    assert (rechunk["n_partitions_out"] == 16).all()
+
+
+def test_plain_worker_without_spill_buffer_still_routes_p2p(local_cluster, tmp_path: Path) -> None:
+    """A worker with Dask's own SpillBuffer gets a store from the plugin for P2P files."""
+    import dask.dataframe as dd
+
+    from placement.storage import PlacementWorkerPlugin
+
+    client = local_cluster
+    client.register_plugin(
+        PlacementWorkerPlugin(
+            ssd_dir=str(tmp_path / "s"), hdd_dir=str(tmp_path / "h"), log_dir=str(tmp_path / "l")
+        )
+    )
+    try:
+        pdf = pd.DataFrame({"k": np.arange(20_000) % 37, "v": np.ones(20_000)})
+        out = (
+            dd.from_pandas(pdf, npartitions=4)
+            .shuffle("k", shuffle_method="p2p")["v"]
+            .sum()
+            .compute()
+        )
+        assert out == 20_000
+        settle(client)
+    finally:
+        client.unregister_worker_plugin("placement-storage")
+    rows = read_logs(tmp_path / "l").table.to_pandas()
+    assert set(rows["file_kind"]) == {"shuffle"} and len(rows) == 4
+    assert (rows["tier"] == "hdd").all() and set(rows["pipeline"]) == {"unknown"}

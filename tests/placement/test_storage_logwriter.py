@@ -1,0 +1,125 @@
+"""Tests of the Parquet log writer and reader."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import placement.logwriter as logwriter_module
+from placement.errors import SchemaError
+from placement.logwriter import LogWriteError, LogWriter, read_logs
+from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
+
+
+def row(i: int, **kw: object) -> dict:
+    now = time.time()
+    base = {
+        "file_id": f"f{i}",
+        "pipeline": "p",
+        "run_id": "r",
+        "stage": "s",
+        "created_at": now,
+        "file_kind": "spill",
+        "deleted_at": now + 1,
+        "size_bytes": 100 * i,
+        "read_ops": 1,
+        "write_ops": 1,
+        "read_bytes": 100 * i,
+        "write_bytes": 100 * i,
+        "tier": "hdd",
+    }
+    base.update(kw)
+    return base
+
+
+def test_flushes_on_size_and_close_with_schema_metadata(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, max_rows=3, max_interval_s=3600)
+    for i in range(4):
+        writer.add(row(i))
+    assert len(writer.files) == 1 and writer.pending == 1  # the 3rd row triggered a flush
+    writer.close()
+    assert len(writer.files) == 2 and writer.rows_written == 4
+    first = pq.read_table(writer.files[0])
+    assert first.schema.equals(SCHEMA, check_metadata=False)
+    assert first.schema.metadata[SCHEMA_VERSION_KEY] == str(SCHEMA_VERSION).encode()
+    logs = read_logs(tmp_path)
+    assert logs.table.num_rows == 4 and logs.bad_files == []
+    assert sorted(logs.table["file_id"].to_pylist()) == ["f0", "f1", "f2", "f3"]
+    assert not list(tmp_path.glob(".*.tmp"))
+    with pytest.raises(LogWriteError, match="closed"):
+        writer.add(row(9))
+
+
+def test_flushes_on_time(tmp_path: Path) -> None:
+    now = [0.0]
+    writer = LogWriter(tmp_path, max_rows=1000, max_interval_s=10, clock=lambda: now[0])
+    writer.add(row(1))
+    assert writer.maybe_flush() is None
+    now[0] = 11.0
+    assert writer.maybe_flush() is not None and writer.pending == 0
+    now[0] = 30.0
+    writer.add(row(2))  # a row arriving late flushes at once
+    assert writer.pending == 0 and writer.rows_written == 2
+
+
+def test_writers_never_share_a_file(tmp_path: Path) -> None:
+    a, b = LogWriter(tmp_path), LogWriter(tmp_path)
+    a.add(row(1))
+    b.add(row(2))
+    a.close()
+    b.close()
+    assert len({*a.files, *b.files}) == 2
+    assert read_logs(tmp_path).table.num_rows == 2
+
+
+def test_failed_flush_keeps_rows_and_leaves_no_torn_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = LogWriter(tmp_path, max_rows=1000)
+    writer.add(row(1))
+    writer.add(row(2))
+
+    def torn_write(table: object, where: object, **kw: object) -> None:
+        Path(where).write_bytes(b"PAR1 half a file")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", torn_write)
+    with pytest.raises(LogWriteError, match="No space left"):
+        writer.flush()
+    assert writer.pending == 2
+    assert list(tmp_path.iterdir()) == [], "neither a torn .parquet nor its temporary file is left"
+    monkeypatch.undo()
+    writer.close()
+    assert read_logs(tmp_path).table.num_rows == 2
+
+
+def test_rows_that_do_not_fit_the_schema_are_refused(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path)
+    writer.add(row(1, size_bytes="large"))
+    with pytest.raises(SchemaError, match="do not fit the log schema"):
+        writer.flush()
+
+
+def test_reader_skips_and_reports_bad_files(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as w:
+        w.add(row(1))
+    (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
+    pq.write_table(pq.read_table(w.files[0]).drop_columns(["file_id"]), tmp_path / "old.parquet")
+    logs = read_logs(tmp_path)
+    assert logs.table.num_rows == 1
+    assert sorted(p.name for p, _ in logs.bad_files) == ["broken.parquet", "old.parquet"]
+    assert any("file_id" in reason for _, reason in logs.bad_files)
+    with pytest.raises(FileNotFoundError, match="no log file"):
+        read_logs(tmp_path / "missing")
+
+
+def test_options_are_validated(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_rows"):
+        LogWriter(tmp_path, max_rows=0)
+    with pytest.raises(ValueError, match="max_interval_s"):
+        LogWriter(tmp_path, max_interval_s=-1)
+    with pytest.raises(ValueError, match="prefix"):
+        LogWriter(tmp_path, prefix="../x")

@@ -1,0 +1,147 @@
+"""Tests of the tiered spill buffer (Dask's SpillBuffer over a TieredFileStore), no cluster."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import placement.storage.store as store_module
+from placement.logwriter import LogWriter, read_logs
+from placement.storage import (
+    ByKindTier,
+    FileKind,
+    RunContext,
+    TieredFileStore,
+    TieredSpillBuffer,
+    set_run_context,
+    tiered_spill_buffer,
+)
+from placement.storage.spill import check_spill_compatible
+from placement.tier import Tier
+
+KEY = "block-0f9e2b7c1d8a4e3f9b6c5a4d3e2f1a0b"
+
+
+@pytest.fixture
+def buffer(tmp_path: Path) -> TieredSpillBuffer:
+    buf = tiered_spill_buffer(
+        str(tmp_path / "local"),
+        ssd_dir=tmp_path / "ssd",
+        hdd_dir=tmp_path / "hdd",
+        log_dir=tmp_path / "logs",
+        target=400_000,
+        memory_limit="1MiB",
+    )
+    yield buf
+    buf.close()
+
+
+def test_the_hook_matches_the_installed_distributed() -> None:
+    check_spill_compatible()
+
+
+def test_values_over_target_spill_through_the_store_and_come_back(
+    buffer: TieredSpillBuffer, rng: np.random.Generator
+) -> None:
+    set_run_context(
+        RunContext(pipeline="unit", run_id="run-1", operator="test", stage_tasks={"block": 4})
+    )
+    try:
+        expected = {(KEY, i): rng.random(20_000) for i in range(4)}  # 160 kB each
+        for key, value in expected.items():
+            # a copy, so no reference outside the buffer keeps Dask's weak cache warm
+            buffer[key] = value.copy()
+        # the LRU keeps at most 400 kB in memory: the two oldest blocks are on disk now
+        assert set(buffer.disk) == {(KEY, 0), (KEY, 1)}
+        live = buffer.store.live_files()
+        assert len(live) == 2 and all(f.path.exists() for f in live)
+        assert all(f.path.parent == buffer.store.roots[Tier.HDD] for f in live)
+        np.testing.assert_array_equal(
+            buffer[(KEY, 0)], expected[(KEY, 0)]
+        )  # read back from its file
+        for key in list(buffer):
+            del buffer[key]
+    finally:
+        set_run_context(None)
+    buffer.log_writer.flush()
+    table = read_logs(buffer.log_writer.directory).table.to_pandas()
+    assert len(table) >= 2 and set(table["file_kind"]) == {"spill"}
+    assert set(table["stage"]) == {"block"} and set(table["pipeline"]) == {"unit"}
+    assert (table["n_partitions_out"] == 4).all() and (table["operator"] == "test").all()
+    assert (table["write_ops"] == 1).all()
+    assert (table["write_bytes"] == table["size_bytes"]).all() and (
+        table["size_bytes"] > 160_000
+    ).all()
+    assert (table["expected_size_bytes"] == table["size_bytes"]).all()
+    read_back = table[table["read_ops"] > 0]
+    assert len(read_back) >= 1 and (read_back["read_bytes"] == read_back["size_bytes"]).all()
+    assert table["memory_pressure"].between(0, 1).all()
+    assert buffer.store.live_files() == []
+
+
+def test_manual_evict_still_works(buffer: TieredSpillBuffer) -> None:
+    """The worker memory manager evicts at the 'spill' threshold through evict()."""
+    buffer["small"] = np.arange(1000)
+    assert buffer.evict() > 0
+    assert "small" in buffer.disk and len(buffer.store.live_files()) == 1
+    np.testing.assert_array_equal(buffer["small"], np.arange(1000))
+
+
+def test_disk_full_on_both_tiers_keeps_the_value_in_memory(
+    buffer: TieredSpillBuffer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def full(fd: int, frames: list) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(store_module, "_write_frames", full)
+    buffer["x"] = np.arange(1000)
+    assert buffer.evict() == -1  # Dask's contract: failure reported, value kept in memory
+    assert "x" in buffer.fast and "x" not in buffer.disk
+    assert buffer.store.live_files() == []
+    assert "Spill to disk failed" in caplog.text
+
+
+def test_ssd_chooser_with_full_ssd_lands_on_hdd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = store_module._write_frames
+
+    def ssd_full(fd: int, frames: list) -> None:
+        if "/ssd/" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd, frames)
+
+    monkeypatch.setattr(store_module, "_write_frames", ssd_full)
+    writer = LogWriter(tmp_path / "logs")
+    store = TieredFileStore(
+        ssd_dir=tmp_path / "ssd",
+        hdd_dir=tmp_path / "hdd",
+        chooser=ByKindTier({FileKind.SPILL: Tier.SSD}),
+        sink=writer,
+    )
+    buf = TieredSpillBuffer(store, target=1, log_writer=writer)
+    buf["y"] = np.arange(10_000)
+    assert "y" in buf.disk
+    np.testing.assert_array_equal(buf["y"], np.arange(10_000))
+    buf.close()
+    rows = read_logs(tmp_path / "logs").table.to_pylist()
+    assert [r["tier"] for r in rows] == ["hdd"] and store.fallbacks == 1
+
+
+def test_factory_reads_tier_directories_from_dask_config(tmp_path: Path) -> None:
+    import dask
+
+    with dask.config.set(
+        {"placement.ssd-dir": str(tmp_path / "cs"), "placement.hdd-dir": str(tmp_path / "ch")}
+    ):
+        buf = tiered_spill_buffer(str(tmp_path / "local"))
+    try:
+        assert buf.store.tier_dirs[Tier.SSD] == tmp_path / "cs"
+        assert buf.store.tier_dirs[Tier.HDD] == tmp_path / "ch"
+        assert buf.log_writer is None
+    finally:
+        buf.close()

@@ -1,0 +1,124 @@
+"""Tests of the real workload suite and the ``dataplane placement collect`` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dask
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from placement.cli import placement_group
+from placement.schema import SCHEMA, SCHEMA_VERSION_KEY, conform
+from placement.workloads import (
+    SIZES,
+    WORKLOADS,
+    CollectOptions,
+    FramePart,
+    WorkloadError,
+    WorkloadSpec,
+    collect,
+    dask_settings,
+    graph_facts,
+    make_frame,
+)
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(WorkloadError, match="unknown pipeline.*'nope'"):
+        CollectOptions(pipelines=["nope"])
+    with pytest.raises(WorkloadError, match="unknown size.*'tiny'"):
+        CollectOptions(sizes=["tiny"])
+    with pytest.raises(WorkloadError, match="seeds"):
+        CollectOptions(seeds=[-1])
+    with pytest.raises(WorkloadError, match="n_workers"):
+        CollectOptions(n_workers=0)
+    with pytest.raises(WorkloadError, match="target_fraction"):
+        CollectOptions(target_fraction=1.5)
+    with pytest.raises(WorkloadError, match="memory_limit"):
+        CollectOptions(memory_limit="lots")
+    with pytest.raises(WorkloadError, match="tier"):
+        CollectOptions(tier="tape")  # type: ignore[arg-type]
+    runs = CollectOptions(pipelines=["merge", "bag_groupby"], sizes=["small"], seeds=[0, 1]).runs()
+    assert runs == [
+        ("merge", "small", 0),
+        ("bag_groupby", "small", 0),
+        ("merge", "small", 1),
+        ("bag_groupby", "small", 1),
+    ]
+
+
+def test_generated_inputs_are_deterministic_per_seed() -> None:
+    a = make_frame(FramePart(1, 3, 1000, 50, skewed=True))
+    b = make_frame(FramePart(1, 3, 1000, 50, skewed=True))
+    c = make_frame(FramePart(2, 3, 1000, 50, skewed=True))
+    assert a.equals(b) and not a.equals(c)
+    assert a["k"].between(0, 49).all()
+
+
+def test_every_workload_builds_and_merge_has_two_named_shuffles() -> None:
+    spec = WorkloadSpec(SIZES["small"], seed=0, n_workers=2)
+    with dask.config.set(dask_settings(0.05)):
+        for workload in WORKLOADS.values():
+            plan = workload.plan(spec)
+            assert plan.input_bytes > 0 and plan.n_partitions_in > 0, workload.name
+        merge = WORKLOADS["merge"].plan(spec)
+        facts = graph_facts([merge.persist], "merge")
+    assert sorted(facts.shuffle_stages.values()) == ["merge-p2p0", "merge-p2p1"]
+    # inputs of the two sides of the hash join: the fact table's and the dimension's partitions
+    assert sorted(facts.shuffle_inputs.values()) == [
+        spec.size.partitions // 2,
+        spec.size.partitions,
+    ]
+    assert facts.stage_tasks["fact"] == spec.size.partitions
+    again = graph_facts([WORKLOADS["merge"].plan(spec).persist], "merge")
+    assert again.stage_tasks == facts.stage_tasks
+
+
+@pytest.mark.timeout(300)
+def test_collect_writes_genuine_logs_and_a_summary(tmp_path: Path) -> None:
+    options = CollectOptions(
+        pipelines=["df_shuffle", "array_rechunk", "persist_reuse"], sizes=["small"], seeds=[0]
+    )
+    seen = []
+    summary = collect(tmp_path, options, progress=False, on_run=seen.append)
+    assert [r.pipeline for r in seen] == ["df_shuffle", "array_rechunk", "persist_reuse"]
+    assert all(r.ok for r in seen), [r.error for r in seen]
+
+    table = pq.read_table(tmp_path / "io_log.parquet")
+    assert table.schema.metadata[SCHEMA_VERSION_KEY] == SCHEMA.metadata[SCHEMA_VERSION_KEY]
+    frame = conform(table).to_pandas()
+    assert set(frame["pipeline"]) == {"df_shuffle", "array_rechunk", "persist_reuse"}
+    assert set(frame["file_kind"]) >= {"spill", "shuffle", "rechunk"}
+    assert frame["run_id"].nunique() == 3 and set(frame["run_id"]) == {r.run_id for r in seen}
+    assert (frame["write_ops"] >= 1).all() and (frame["write_bytes"] == frame["size_bytes"]).all()
+    assert (frame["deleted_at"] > frame["created_at"]).all()
+    assert frame["input_bytes"].notna().all() and frame["n_workers"].eq(2).all()
+    shuffle = frame[frame["file_kind"] == "shuffle"]
+    assert set(shuffle["stage"]) == {"shuffle-p2p0"} and (shuffle["n_partitions_in"] == 12).all()
+    assert (frame[frame["file_kind"] == "rechunk"]["stage"] == "rechunk-p2p0").all()
+    assert (frame["tier"] == "hdd").all()
+
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["total"]["rows"] == len(frame) == summary["total"]["rows"]
+    assert sum(p["rows"] for p in on_disk["pipelines"].values()) == len(frame)
+    assert on_disk["failed_runs"] == [] and on_disk["settings"]["tier"] == "hdd"
+    spread = on_disk["total"]["io_density"]
+    assert 0 < spread["min"] <= spread["median"] <= spread["max"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["io_log.parquet", "summary.json"]
+
+
+def test_cli_lists_workloads_and_rejects_bad_options() -> None:
+    runner = CliRunner()
+    listed = runner.invoke(placement_group, ["collect", "--list"])
+    assert listed.exit_code == 0 and all(name in listed.output for name in WORKLOADS)
+    bad = runner.invoke(placement_group, ["collect", "out", "--sizes", "tiny"])
+    assert bad.exit_code == 2 and "unknown size(s) ['tiny']" in bad.output
+    bad = runner.invoke(placement_group, ["collect", "out", "--seeds", "one"])
+    assert bad.exit_code == 2 and "--seeds" in bad.output
+    missing = runner.invoke(placement_group, ["collect"])
+    assert missing.exit_code == 2 and "OUT_DIR" in missing.output
+    helped = runner.invoke(placement_group, ["--help"])
+    assert helped.exit_code == 0 and "collect" in helped.output
