@@ -1,1 +1,29 @@
-"""Offline analysis of intermediate-file I/O logs (native, Spark event logs, Darshan) into reports."""
+"""Offline analysis of intermediate-file I/O logs (native, Spark event logs, Darshan) into reports.
+
+``dataplane report LOGS... --out report.html`` (:mod:`logs_analysis.cli`) or, from Python::
+
+    from logs_analysis import ReportConfig, build_report
+    build_report(["logs/"], ReportConfig(budgets=(0.01, 0.05))).write("report.html")
+"""
+
+from __future__ import annotations
+
+from logs_analysis.errors import AnalysisError, DependencyError, FormatError, InputError
+from logs_analysis.formats import LogFormat
+from logs_analysis.issues import ReadIssue, ReadIssues
+from logs_analysis.readers import read_table
+from logs_analysis.report import Report, ReportConfig, build_report
+
+__all__ = [
+    "AnalysisError",
+    "DependencyError",
+    "FormatError",
+    "InputError",
+    "LogFormat",
+    "ReadIssue",
+    "ReadIssues",
+    "Report",
+    "ReportConfig",
+    "build_report",
+    "read_table",
+]

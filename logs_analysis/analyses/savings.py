@@ -1,0 +1,208 @@
+"""What learned placement would save: the placement simulator's savings curve.
+
+The rows cross-validated by :mod:`.predictability` are replayed through
+:func:`placement.simulator.simulate` with each policy of :mod:`placement.policy`, at SSD
+budgets that are shares of the replayed rows' peak live bytes:
+
+============================  =====================================================
+policy                        fed
+============================  =====================================================
+``all-hdd``                   nothing (the baseline every saving is measured against)
+``first-fit``                 nothing: SSD while it fits
+``small-files-first``         sizes, under the adaptive threshold
+``stage-history``             the (pipeline, stage) mean density of earlier runs
+``lightgbm``                  the out-of-fold LightGBM predictions
+``oracle``                    the true densities and the future (the limit)
+============================  =====================================================
+
+Costs are those of :class:`placement.cost.CostModel` (defaults and sources documented
+there). Replays are Python event loops (a few microseconds per file), so at most
+``max_rows`` rows are replayed: whole runs, chosen by hash of ``run_id``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from logs_analysis.analyses import Unavailable
+
+__all__ = ["DEFAULT_BUDGETS", "POLICIES", "SavingsResult", "savings_curve"]
+
+DEFAULT_BUDGETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.10, 0.20)
+POLICIES: tuple[str, ...] = (
+    "all-hdd",
+    "first-fit",
+    "small-files-first",
+    "stage-history",
+    "lightgbm",
+    "oracle",
+)
+
+
+@dataclasses.dataclass
+class SavingsResult:
+    """Savings per policy and budget.
+
+    Attributes
+    ----------
+    budgets : list of float
+        SSD budgets as shares of ``peak_live_bytes``.
+    peak_live_bytes : int
+        Most bytes alive at once among the replayed rows.
+    savings : dict
+        Policy -> list of savings against all-HDD (share of the all-HDD TCO), per budget.
+    ssd_io_share : dict
+        Policy -> list of the share of operations served from SSD, per budget.
+    simulations : list of dict
+        Every replay's :meth:`placement.simulator.SimulationResult.to_dict`, with its budget.
+    rows : int
+        Rows replayed.
+    all_hdd_tco_usd : float
+        TCO of the replayed rows on HDD alone, US dollars.
+    cost_model : dict
+    wall_s : float
+    """
+
+    budgets: list[float]
+    peak_live_bytes: int
+    savings: dict[str, list[float]]
+    ssd_io_share: dict[str, list[float]]
+    simulations: list[dict[str, Any]]
+    rows: int
+    all_hdd_tco_usd: float
+    cost_model: dict[str, Any]
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def capture(self, policy: str = "lightgbm") -> list[float | None]:
+        """``policy``'s share of the oracle's savings at each budget."""
+        out: list[float | None] = []
+        for p, o in zip(self.savings[policy], self.savings["oracle"], strict=True):
+            out.append(p / o if o > 0 else None)
+        return out
+
+
+def _subset(df: pd.DataFrame, max_rows: int, seed: int) -> np.ndarray:
+    if len(df) <= max_rows:
+        return np.ones(len(df), dtype=bool)
+    runs = df["run_id"].astype(str)
+    unique = runs.unique()
+    if len(unique) < 5:
+        rng = np.random.default_rng(seed)
+        mask = np.zeros(len(df), dtype=bool)
+        mask[rng.choice(len(df), max_rows, replace=False)] = True
+        return mask
+    h = pd.util.hash_pandas_object(pd.Series(unique), index=False).to_numpy()
+    counts = runs.value_counts()
+    keep, total = [], 0
+    for i in np.argsort(h):
+        keep.append(unique[i])
+        total += int(counts[unique[i]])
+        if total >= max_rows:
+            break
+    return runs.isin(keep).to_numpy()
+
+
+def savings_curve(
+    table: pd.DataFrame,
+    predictions: np.ndarray,
+    stage_history: np.ndarray,
+    budgets: Sequence[float] = DEFAULT_BUDGETS,
+    *,
+    max_rows: int = 20_000,
+    seed: int = 0,
+    cost_model: Any = None,
+    on_replay: Callable[[], None] | None = None,
+) -> SavingsResult | Unavailable:
+    """Replay ``table`` (cleaned rows) through every policy at every budget.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Rows cleaned by :func:`placement.features.clean_table` (e.g.
+        :attr:`PredictabilityResult.table`).
+    predictions, stage_history : numpy.ndarray
+        Predicted log10 density per row (LightGBM, out of fold) and the stage-history estimate.
+    budgets : sequence of float
+        SSD budgets, shares of peak live bytes in (0, 1].
+    max_rows : int
+        Most rows replayed (whole runs).
+    cost_model : placement.cost.CostModel, optional
+    on_replay : callable, optional
+        Called after each replay (progress).
+    """
+    try:
+        from placement.cost import CostModel
+        from placement.policy import (
+            AdaptiveThresholdPolicy,
+            AllHDDPolicy,
+            FirstFitPolicy,
+            SmallFilesFirstPolicy,
+            StageHistoryPolicy,
+        )
+        from placement.simulator import Trace, peak_live_bytes, simulate
+    except ImportError as exc:
+        return Unavailable(f"placement's simulator or policies cannot be imported ({exc})")
+    budgets = [float(b) for b in budgets]
+    if not budgets or any(not 0 < b <= 1 for b in budgets):
+        raise ValueError(f"budgets={budgets!r} must be shares in (0, 1]")
+    start = time.perf_counter()
+    cost_model = cost_model or CostModel()
+    mask = _subset(table, max_rows, seed)
+    df = table.loc[mask].reset_index(drop=True)
+    pred = np.asarray(predictions, np.float64)[mask]
+    hist = np.asarray(stage_history, np.float64)[mask]
+    trace = Trace.from_clean(df)
+    peak = peak_live_bytes(trace)
+    if peak <= 0:
+        return Unavailable("the replayed rows hold no bytes (every size is 0)")
+
+    def named(policy: Any, name: str) -> Any:
+        policy.name = name
+        return policy
+
+    makers: list[tuple[str, Callable[[int], Any], np.ndarray | None]] = [
+        ("all-hdd", lambda cap: AllHDDPolicy(), None),
+        ("first-fit", lambda cap: FirstFitPolicy(cap), None),
+        ("small-files-first", lambda cap: SmallFilesFirstPolicy(cap), None),
+        ("stage-history", lambda cap: StageHistoryPolicy(cap), hist),
+        ("lightgbm", lambda cap: named(AdaptiveThresholdPolicy(cap), "lightgbm"), pred),
+        ("oracle", lambda cap: trace.oracle(cap, cost_model), None),
+    ]
+    savings: dict[str, list[float]] = {name: [] for name, _, _ in makers}
+    io_share: dict[str, list[float]] = {name: [] for name, _, _ in makers}
+    sims = []
+    all_hdd = math.nan
+    for b in budgets:
+        cap = int(b * peak)
+        for name, make, p in makers:
+            result = simulate(trace, make(cap), cost_model, cap, predictions=p)
+            result.policy = name
+            all_hdd = result.all_hdd_tco_usd
+            savings[name].append(float(result.savings_fraction))
+            io_share[name].append(float(result.ssd_io_share))
+            d = result.to_dict()
+            d["budget"] = b
+            sims.append(d)
+            if on_replay is not None:
+                on_replay()
+    return SavingsResult(
+        budgets=budgets,
+        peak_live_bytes=int(peak),
+        savings=savings,
+        ssd_io_share=io_share,
+        simulations=sims,
+        rows=len(df),
+        all_hdd_tco_usd=float(all_hdd),
+        cost_model=cost_model.to_dict(),
+        wall_s=time.perf_counter() - start,
+    )

@@ -1,0 +1,25 @@
+"""Errors raised by :mod:`logs_analysis`; every one derives from :class:`AnalysisError`."""
+
+from __future__ import annotations
+
+__all__ = ["AnalysisError", "DependencyError", "FormatError", "InputError"]
+
+
+class AnalysisError(Exception):
+    """Base class of every error raised by :mod:`logs_analysis`."""
+
+
+class InputError(AnalysisError, ValueError):
+    """An input path is missing, empty or unreadable, or holds no usable record.
+
+    The message names the path and what to do about it.
+    """
+
+
+class FormatError(AnalysisError, ValueError):
+    """An input's format is not recognised, not supported (e.g. a compression codec),
+    or does not match the format forced with ``--format``."""
+
+
+class DependencyError(AnalysisError, ImportError):
+    """An optional dependency (e.g. ``darshan``) needed by a reader is not installed."""

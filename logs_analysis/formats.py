@@ -1,0 +1,266 @@
+"""Input formats and their detection by content.
+
+:func:`discover` turns the paths a user gives into :class:`Source` s, each a file (or a
+Spark rolling event-log directory) with its format. Formats are recognised by content,
+not by name:
+
+=====================  ============================================================
+format / container     recognised by
+=====================  ============================================================
+native / parquet       Parquet magic ``PAR1`` (placement log rows)
+native / jsonl         JSON lines whose first object has placement-log keys
+                       (``file_id``, ``created_at``...)
+spark / eventlog       JSON lines whose first object is ``{"Event": "SparkListener...``,
+                       plain or compressed (zstd, lz4, snappy, gzip; see
+                       :mod:`logs_analysis.readers.compression`)
+spark / eventlog-dir   a directory named ``eventlog_v2_*`` (rolling event log)
+darshan / darshan      Darshan log header (version string, magic number 6567223)
+=====================  ============================================================
+
+Directories are walked recursively in name order; hidden names (``.x``, ``_SUCCESS``)
+are skipped, and a file whose format cannot be told is skipped and counted in the
+returned :class:`~logs_analysis.issues.ReadIssues` (so a ``README.md`` beside event
+logs does no harm). A path named explicitly must be recognised, unless ``--format``
+forces a format, in which case every file is read as that format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import re
+import struct
+from pathlib import Path
+
+from logs_analysis.errors import FormatError, InputError
+from logs_analysis.issues import ReadIssues
+
+__all__ = ["DARSHAN_MAGIC", "Container", "LogFormat", "Source", "discover", "sniff"]
+
+#: ``DARSHAN_MAGIC_NR`` of darshan-log-format.h, stored after the 8-byte version string.
+DARSHAN_MAGIC = 6567223
+PARQUET_MAGIC = b"PAR1"
+_HEAD_BYTES = 1 << 16
+_SPARK_RE = re.compile(rb'^\s*\{\s*"Event"\s*:\s*"(SparkListener|org\.apache\.spark)')
+_NATIVE_KEYS = frozenset({"file_id", "created_at", "deleted_at", "size_bytes", "run_id"})
+ROLLING_DIR_PREFIX = "eventlog_v2_"
+
+
+class LogFormat(str, enum.Enum):
+    """Which reader reads an input (``auto``: detect from content)."""
+
+    AUTO = "auto"
+    NATIVE = "native"
+    SPARK = "spark"
+    DARSHAN = "darshan"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Container(str, enum.Enum):
+    """How a source's records are stored."""
+
+    PARQUET = "parquet"
+    JSONL = "jsonl"
+    EVENTLOG = "eventlog"
+    EVENTLOG_DIR = "eventlog-dir"
+    DARSHAN = "darshan"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One input to read: a file, or a Spark rolling event-log directory."""
+
+    path: Path
+    format: LogFormat
+    container: Container
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.format.value}/{self.container.value})"
+
+
+def _json_kind(head: bytes) -> Container | None:
+    """EVENTLOG or JSONL from the first JSON line(s) of ``head``, else None."""
+    if _SPARK_RE.match(head.lstrip(b"\xef\xbb\xbf")):
+        return Container.EVENTLOG
+    for line in head.split(b"\n")[:20]:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            if "Event" in obj:
+                return Container.EVENTLOG
+            if _NATIVE_KEYS & obj.keys():
+                return Container.JSONL
+        return None
+    return None
+
+
+def sniff(path: str | os.PathLike[str]) -> tuple[LogFormat, Container] | None:
+    """Format of one file from its content, or ``None`` if it is none of the known ones.
+
+    Raises
+    ------
+    InputError
+        If the file cannot be read.
+    FormatError
+        If it is compressed with a codec that cannot be read (e.g. LZF).
+    """
+    from logs_analysis.readers.compression import Codec, open_decompressed, sniff_codec
+
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions"
+        ) from exc
+    if head.startswith(PARQUET_MAGIC):
+        return LogFormat.NATIVE, Container.PARQUET
+    if (
+        len(head) >= 16
+        and head[:1].isdigit()
+        and b"." in head[:8]
+        and DARSHAN_MAGIC
+        in (struct.unpack("<q", head[8:16])[0], struct.unpack(">q", head[8:16])[0])
+    ):
+        return LogFormat.DARSHAN, Container.DARSHAN
+    codec = sniff_codec(head, path)
+    if codec is not Codec.NONE:
+        _, chunks = open_decompressed(path)
+        text = b""
+        for chunk in chunks:
+            text += chunk
+            if len(text) >= _HEAD_BYTES:
+                break
+        kind = _json_kind(text)
+        return (LogFormat.SPARK, Container.EVENTLOG) if kind is Container.EVENTLOG else None
+    kind = _json_kind(head)
+    if kind is Container.EVENTLOG:
+        return LogFormat.SPARK, Container.EVENTLOG
+    if kind is Container.JSONL:
+        return LogFormat.NATIVE, Container.JSONL
+    return None
+
+
+def _forced_container(path: Path, fmt: LogFormat) -> Container:
+    if fmt is LogFormat.SPARK:
+        return Container.EVENTLOG_DIR if path.is_dir() else Container.EVENTLOG
+    if fmt is LogFormat.DARSHAN:
+        return Container.DARSHAN
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return Container.PARQUET if magic == PARQUET_MAGIC else Container.JSONL
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_")) or name.endswith((".crc", ".tmp"))
+
+
+def discover(
+    paths: list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...],
+    fmt: LogFormat | str = LogFormat.AUTO,
+) -> tuple[list[Source], ReadIssues]:
+    """Sources under ``paths`` and the files skipped on the way.
+
+    Parameters
+    ----------
+    paths : list of path
+        Files and directories.
+    fmt : LogFormat or str
+        ``auto`` to detect each file's format, or a format to read every file as.
+
+    Returns
+    -------
+    (list of Source, ReadIssues)
+
+    Raises
+    ------
+    InputError
+        If a path does not exist, is an empty file, or nothing readable was found.
+    FormatError
+        If ``fmt`` is unknown, or a file named explicitly is of no known format.
+    """
+    try:
+        fmt = LogFormat(fmt)
+    except ValueError:
+        raise FormatError(
+            f"--format {fmt!r} is not one of {[f.value for f in LogFormat]}"
+        ) from None
+    if not paths:
+        raise InputError("no log paths given; name at least one file or directory")
+    sources: list[Source] = []
+    issues = ReadIssues()
+
+    def visit(path: Path, explicit: bool) -> None:
+        if path.is_dir():
+            if path.name.startswith(ROLLING_DIR_PREFIX) and fmt in (
+                LogFormat.AUTO,
+                LogFormat.SPARK,
+            ):
+                sources.append(Source(path, LogFormat.SPARK, Container.EVENTLOG_DIR))
+                return
+            for child in sorted(path.iterdir()):
+                if not _hidden(child.name):
+                    visit(child, False)
+            return
+        if not path.is_file():
+            if explicit:
+                raise InputError(f"{path} is not a regular file or directory")
+            return
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        if size == 0:
+            if explicit:
+                raise InputError(f"{path} is empty; give a log file with records in it")
+            issues.add("empty file", str(path))
+            return
+        if fmt is not LogFormat.AUTO:
+            sources.append(Source(path, fmt, _forced_container(path, fmt)))
+            return
+        try:
+            found = sniff(path)
+        except (FormatError, InputError) as exc:
+            if explicit:
+                raise
+            issues.add("unreadable file", str(path), detail=str(exc))
+            return
+        if found is None:
+            if explicit:
+                raise FormatError(
+                    f"cannot tell the format of {path}: it is not a placement log (Parquet or JSON "
+                    "lines), a Spark event log or a Darshan log; pass --format native|spark|darshan "
+                    "to read it as one"
+                )
+            issues.add("unrecognised format (skipped)", str(path))
+            return
+        sources.append(Source(path, *found))
+
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            raise InputError(f"log path {path} does not exist; check the path")
+        visit(path, True)
+    if not sources:
+        skipped = f" ({issues.total} file(s) skipped: {', '.join(issues.counts)})" if issues else ""
+        raise InputError(
+            f"no log files found under {', '.join(map(str, paths))}{skipped}; give placement logs "
+            "(.parquet/.jsonl), Spark event logs or Darshan logs"
+        )
+    return sources, issues

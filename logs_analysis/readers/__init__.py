@@ -1,0 +1,104 @@
+"""Log readers: each turns one kind of source into placement-log rows.
+
+* :mod:`~logs_analysis.readers.native` - the service's Parquet and JSON-lines logs;
+* :mod:`~logs_analysis.readers.spark` - Spark event logs (plain, compressed, rolling);
+* :mod:`~logs_analysis.readers.darshan` - Darshan logs (optional ``darshan`` package).
+
+:func:`plan` splits sources into :class:`~logs_analysis.readers.base.Chunk` s (read in
+parallel by :mod:`logs_analysis.aggregate`); :func:`read_table` reads small inputs
+into one table at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from logs_analysis.errors import InputError
+from logs_analysis.formats import Container, LogFormat, Source, discover
+from logs_analysis.issues import ReadIssues
+from logs_analysis.readers.base import Chunk, ChunkResult
+
+__all__ = ["Chunk", "ChunkResult", "plan", "read_table"]
+
+
+def plan(sources: Sequence[Source]) -> tuple[list[Chunk], ReadIssues]:
+    """Chunks of every source, and the issues met while planning (unusable files)."""
+    chunks: list[Chunk] = []
+    issues = ReadIssues()
+    for source in sources:
+        found: Sequence[Chunk]
+        if source.container is Container.PARQUET:
+            from logs_analysis.readers.native import plan_parquet
+
+            found, more = plan_parquet(source.path)
+        elif source.container is Container.JSONL:
+            from logs_analysis.readers.native import plan_jsonl
+
+            found, more = plan_jsonl(source.path)
+        elif source.format is LogFormat.SPARK:
+            from logs_analysis.readers.spark import plan_spark
+
+            found, more = plan_spark(source.path)
+        else:
+            from logs_analysis.readers.darshan import plan_darshan
+
+            found, more = plan_darshan(source.path)
+        chunks.extend(found)
+        issues.merge(more)
+    return chunks, issues
+
+
+def read_table(
+    paths: Sequence[str | os.PathLike[str]], fmt: LogFormat | str = LogFormat.AUTO
+) -> tuple[pa.Table, ReadIssues]:
+    """Read ``paths`` into one table of usable rows (in memory; for small inputs).
+
+    Returns
+    -------
+    (pyarrow.Table, ReadIssues)
+        Rows conformed to :data:`placement.schema.SCHEMA` that pass the row checks of
+        :mod:`logs_analysis.validate`, and every file, line or row skipped.
+
+    Raises
+    ------
+    InputError
+        If a path is missing or empty, or no usable row was found.
+    FormatError
+        If a named file's format cannot be told (see :func:`logs_analysis.formats.discover`).
+    """
+    from logs_analysis.validate import validate_rows
+
+    sources, issues = discover(list(paths), fmt)
+    chunks, more = plan(sources)
+    issues.merge(more)
+    tables = []
+    lines_before: dict[tuple[str, int], int] = {}
+    seen_lines: dict[str, int] = {}
+    for chunk in chunks:
+        result = chunk.load()
+        table, bad = validate_rows(result)
+        issues.merge(result.issues).merge(bad)
+        if result.block_start is not None:
+            lines_before[(result.source, result.block_start)] = seen_lines.get(result.source, 0)
+            seen_lines[result.source] = seen_lines.get(result.source, 0) + result.lines
+        tables.append(table)
+    issues.resolve_lines(lines_before)
+    rows = sum(t.num_rows for t in tables)
+    if rows == 0:
+        raise InputError(no_rows_message(paths, issues))
+    return pa.concat_tables(tables), issues
+
+
+def no_rows_message(paths: Sequence[str | os.PathLike[str]], issues: ReadIssues) -> str:
+    """The error text for inputs that yielded no usable row."""
+    why = (
+        "; ".join(f"{n} x {reason}" for reason, n in issues.counts.items())
+        or "they hold no intermediate-data records"
+    )
+    return (
+        f"no usable log rows in {', '.join(map(str, paths))} ({why}); give placement logs, Spark "
+        "event logs with shuffle writes or spills, or Darshan logs with POSIX records"
+    )

@@ -1,0 +1,202 @@
+"""Darshan logs (HPC I/O characterisation) -> placement log rows, through PyPI ``darshan``.
+
+An optional extra: ``pip install 'dataplane[darshan]'``. Without it, reading a Darshan
+log raises :class:`~logs_analysis.errors.DependencyError` saying so.
+
+One row per POSIX module record (a file as seen by one rank, or by all ranks when
+Darshan reduced a shared file: rank -1). Darshan sees opens and closes, not creation and
+deletion, so a row's life is the span the file was open:
+
+=========================  ============================================================
+column                     from
+=========================  ============================================================
+``file_id``                ``<job id>/<rank>/<record id>``
+``pipeline``               the executable's name (first word of ``exe``, base name)
+``run_id`` / ``job_id``    ``<pipeline>-<job id>-<start time>`` / the job id
+``stage``                  the file's directory (files of one directory are one stage)
+``worker``                 the rank (``-1`` = all ranks of a shared file)
+``created_at``             job start + ``POSIX_F_OPEN_START_TIMESTAMP``
+``deleted_at``             job start + ``POSIX_F_CLOSE_END_TIMESTAMP`` (job end if the
+                           file was never closed)
+``size_bytes``             1 + the largest offset read or written
+                           (``POSIX_MAX_BYTE_READ`` / ``_WRITTEN``)
+``read_ops``/``write_ops`` ``POSIX_READS`` / ``POSIX_WRITES``
+``read_bytes`` / ``write_  ``POSIX_BYTES_READ`` / ``POSIX_BYTES_WRITTEN``
+bytes``
+``file_kind``              ``"other"``; ``operator`` ``"posix"``
+``n_workers``              the job's process count
+others                     null
+=========================  ============================================================
+
+Standard streams (``<STDIN>``, ``<STDOUT>``, ``<STDERR>``) are not files and are left out.
+Darshan marks a counter it could not keep with -1; such rows fail the row checks
+(negative count) and are counted as issues.
+
+Isolation: the darshan C parser can abort the whole process on a damaged log (a
+truncated file frees an invalid pointer). Each log is therefore parsed in a spawned
+child process (about a second of start-up per log); a log that kills it is counted as
+an issue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from logs_analysis.errors import DependencyError
+from logs_analysis.issues import ReadIssues
+from logs_analysis.readers.base import ChunkResult
+from placement.schema import SCHEMA, conform
+
+__all__ = ["DarshanChunk", "plan_darshan", "read_darshan", "require_darshan"]
+
+_STREAMS = frozenset({"<STDIN>", "<STDOUT>", "<STDERR>"})
+
+
+def require_darshan() -> Any:
+    """Import PyPI ``darshan`` or raise :class:`DependencyError` with the fix."""
+    try:
+        import darshan
+    except ImportError as exc:
+        raise DependencyError(
+            "reading Darshan logs needs the optional 'darshan' package: "
+            "pip install 'dataplane[darshan]' (or pip install darshan)"
+        ) from exc
+    return darshan
+
+
+def read_darshan(path: str | os.PathLike[str], *, isolate: bool = True) -> ChunkResult:
+    """Rows of one Darshan log (see the module docstring for the mapping).
+
+    Parameters
+    ----------
+    path : path
+        The log.
+    isolate : bool
+        Parse in a child process (default), so a log that crashes the parser is only an issue.
+
+    Raises
+    ------
+    DependencyError
+        If ``darshan`` is not installed.
+    """
+    require_darshan()
+    if not isolate:
+        return _read(str(path))
+    try:
+        with ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
+            return pool.submit(_read, str(path)).result()
+    except BrokenProcessPool:
+        issues = ReadIssues()
+        issues.add(
+            "unreadable Darshan log (skipped)",
+            str(path),
+            detail="the darshan parser crashed on this log (damaged or truncated)",
+        )
+        return ChunkResult(SCHEMA.empty_table(), issues, str(path))
+
+
+def _read(path: str) -> ChunkResult:
+    darshan = require_darshan()
+    source = str(path)
+    issues = ReadIssues()
+    try:
+        report = darshan.DarshanReport(source, read_all=False)
+        job = report.metadata["job"]
+        if "POSIX" not in report.modules:
+            issues.add(
+                "no POSIX module records (skipped)",
+                source,
+                detail=f"modules: {sorted(report.modules)}",
+            )
+            return ChunkResult(SCHEMA.empty_table(), issues, source)
+        report.mod_read_all_records("POSIX")
+        frames = report.records["POSIX"].to_df()
+        names = dict(report.name_records)
+        exe = str(report.metadata.get("exe") or "")
+    except DependencyError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the darshan parser raises assorted types on a damaged log
+        issues.add(
+            "unreadable Darshan log (skipped)", source, detail=f"{type(exc).__name__}: {exc}"
+        )
+        return ChunkResult(SCHEMA.empty_table(), issues, source)
+    counters = frames["counters"]
+    fcounters = frames["fcounters"]
+    start = float(job.get("start_time_sec", 0)) + float(job.get("start_time_nsec", 0)) * 1e-9
+    end = float(job.get("end_time_sec", 0)) + float(job.get("end_time_nsec", 0)) * 1e-9
+    jobid = str(job.get("jobid", ""))
+    pipeline = Path(exe.split(" ", 1)[0]).name if exe else Path(source).stem
+    run_id = f"{pipeline}-{jobid}-{int(start)}"
+    ids = counters["id"].to_numpy()
+    ranks = counters["rank"].to_numpy()
+    file_names = [names.get(int(i), "") for i in ids]
+    keep = np.array([n not in _STREAMS for n in file_names], dtype=bool)
+
+    def col(frame: Any, name: str) -> np.ndarray:
+        return frame[name].to_numpy()[keep]
+
+    opened = start + col(fcounters, "POSIX_F_OPEN_START_TIMESTAMP").astype(np.float64)
+    closed_rel = col(fcounters, "POSIX_F_CLOSE_END_TIMESTAMP").astype(np.float64)
+    closed = np.where(closed_rel > 0, start + closed_rel, max(end, start))
+    closed = np.maximum(closed, opened)
+    max_byte = np.maximum(
+        col(counters, "POSIX_MAX_BYTE_READ"), col(counters, "POSIX_MAX_BYTE_WRITTEN")
+    ).astype(np.int64)
+    kept_names = [n for n, k in zip(file_names, keep, strict=True) if k]
+    kept_ids, kept_ranks = ids[keep], ranks[keep]
+    n = int(keep.sum())
+    table = pa.table(
+        {
+            "file_id": [f"{jobid}/{r}/{i}" for r, i in zip(kept_ranks, kept_ids, strict=True)],
+            "pipeline": [pipeline] * n,
+            "run_id": [run_id] * n,
+            "stage": [str(Path(name).parent) if name else "" for name in kept_names],
+            "job_id": [jobid] * n,
+            "worker": [str(r) for r in kept_ranks],
+            "created_at": opened,
+            "file_kind": ["other"] * n,
+            "operator": ["posix"] * n,
+            "n_workers": pa.array([int(job.get("nprocs", 0)) or None] * n, pa.int32()),
+            "deleted_at": closed,
+            "size_bytes": np.where(max_byte >= 0, max_byte + 1, 0),
+            "read_ops": col(counters, "POSIX_READS").astype(np.int64),
+            "write_ops": col(counters, "POSIX_WRITES").astype(np.int64),
+            "read_bytes": col(counters, "POSIX_BYTES_READ").astype(np.int64),
+            "write_bytes": col(counters, "POSIX_BYTES_WRITTEN").astype(np.int64),
+        }
+    )
+    labels = [
+        f"record {i} rank {r} ({name})"
+        for i, r, name in zip(kept_ids, kept_ranks, kept_names, strict=True)
+    ]
+    return ChunkResult(conform(table), issues, source, labels=labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class DarshanChunk:
+    """One Darshan log file."""
+
+    source: str
+    estimated_rows: int
+
+    def load(self) -> ChunkResult:
+        return read_darshan(self.source)
+
+
+def plan_darshan(path: str | os.PathLike[str]) -> tuple[list[DarshanChunk], ReadIssues]:
+    """One chunk per log (rows estimated at one per 400 bytes of compressed log)."""
+    require_darshan()
+    size = Path(path).stat().st_size
+    return [DarshanChunk(str(path), max(1, math.ceil(size / 400)))], ReadIssues()

@@ -1,0 +1,338 @@
+"""The service's own logs: Parquet files (:class:`placement.logwriter.LogWriter`) and JSON lines.
+
+Both hold placement log rows (:data:`placement.schema.SCHEMA`) as they are, so the mapping
+is the identity; :func:`placement.schema.conform` adds missing nullable columns as nulls
+and drops unknown ones.
+
+Parquet
+    Split into chunks of whole row groups of at most :data:`CHUNK_ROWS` rows. A file whose
+    footer cannot be read (torn or not Parquet), which lacks a required column, or which
+    declares a newer schema version is skipped and counted as an issue; a row group that
+    fails to decode is skipped and counted too. Rows are located by their 0-based index in
+    the file.
+JSON lines
+    One JSON object per line with log-schema keys. Split into byte ranges of about
+    :data:`BLOCK_BYTES`; a line belongs to the block its first byte lies in. A block is
+    parsed with pyarrow's JSON reader; if that fails, line by line, so each malformed
+    line (invalid JSON, not an object, a value of the wrong type) is counted with its
+    line number and the rest of the block is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from logs_analysis.issues import ReadIssues
+from logs_analysis.readers.base import ChunkResult
+from placement.errors import SchemaError
+from placement.schema import REQUIRED_COLUMNS, SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY, conform
+
+__all__ = ["BLOCK_BYTES", "CHUNK_ROWS", "JsonlChunk", "ParquetChunk", "plan_jsonl", "plan_parquet"]
+
+#: Most rows in one Parquet chunk (whole row groups; a larger row group is one chunk).
+CHUNK_ROWS = 262_144
+#: Target bytes of one JSON-lines block.
+BLOCK_BYTES = 32 << 20
+_SCHEMA_NAMES = frozenset(SCHEMA.names)
+# a nullable copy of the schema for the JSON reader (required columns are checked later)
+_JSON_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in SCHEMA])
+
+
+@dataclasses.dataclass(frozen=True)
+class ParquetChunk:
+    """Whole row groups ``row_groups`` of one Parquet file; ``first_row`` is the file row
+    index of the first of them."""
+
+    source: str
+    row_groups: tuple[int, ...]
+    first_row: int
+    estimated_rows: int
+
+    def load(self) -> ChunkResult:
+        issues = ReadIssues()
+        try:
+            pf = pq.ParquetFile(self.source, read_dictionary=list(DICTIONARY_COLUMNS))
+            columns = [c for c in pf.schema_arrow.names if c in _SCHEMA_NAMES]
+            table = pf.read_row_groups(list(self.row_groups), columns=columns)
+            table = conform_keeping_dictionaries(
+                table.replace_schema_metadata(pf.schema_arrow.metadata)
+            )
+        except (OSError, pa.ArrowException, SchemaError) as exc:
+            issues.add(
+                "unreadable row group",
+                self.source,
+                f"rows {self.first_row}-{self.first_row + self.estimated_rows - 1}",
+                str(exc),
+                count=self.estimated_rows,
+            )
+            return ChunkResult(SCHEMA.empty_table(), issues, self.source, self.first_row)
+        return ChunkResult(table, issues, self.source, self.first_row)
+
+
+#: String id columns read dictionary-encoded (few distinct values, many rows).
+DICTIONARY_COLUMNS = (
+    "pipeline",
+    "run_id",
+    "stage",
+    "job_id",
+    "worker",
+    "host",
+    "file_kind",
+    "operator",
+    "tier",
+)
+
+
+def conform_keeping_dictionaries(table: pa.Table) -> pa.Table:
+    """:func:`placement.schema.conform`, but string columns read dictionary-encoded stay so.
+
+    Decoding them only to encode them again for grouping would double the cost of a
+    read; every consumer here accepts ``dictionary<string>`` where the schema says ``string``.
+    """
+    kept = {}
+    for name in DICTIONARY_COLUMNS:
+        if name in table.column_names:
+            column = table[name]
+            if pa.types.is_dictionary(column.type) and pa.types.is_string(column.type.value_type):
+                kept[name] = column
+    if not kept:
+        return conform(table)
+    placeholder = table.drop_columns(list(kept))
+    for name in kept:
+        placeholder = placeholder.append_column(name, pa.nulls(table.num_rows, pa.string()))
+    out = conform(placeholder)
+    for name, column in kept.items():
+        out = out.set_column(
+            out.schema.get_field_index(name),
+            pa.field(name, column.type, SCHEMA.field(name).nullable),
+            column,
+        )
+    return out.unify_dictionaries()
+
+
+def plan_parquet(
+    path: str | os.PathLike[str], chunk_rows: int | None = None
+) -> tuple[list[ParquetChunk], ReadIssues]:
+    """Chunks of one Parquet log file; a file that cannot be used is an issue, not an error.
+
+    ``chunk_rows`` defaults to :data:`CHUNK_ROWS`.
+    """
+    chunk_rows = chunk_rows or CHUNK_ROWS
+    source = str(path)
+    issues = ReadIssues()
+    try:
+        pf = pq.ParquetFile(source)
+    except (OSError, pa.ArrowException) as exc:
+        issues.add("unreadable Parquet file (skipped)", source, detail=str(exc))
+        return [], issues
+    names = set(pf.schema_arrow.names)
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        issues.add(
+            "not a placement log: missing required columns (skipped)",
+            source,
+            detail=f"lacks {missing}",
+            count=max(pf.metadata.num_rows, 1),
+        )
+        return [], issues
+    version = (pf.schema_arrow.metadata or {}).get(SCHEMA_VERSION_KEY)
+    if version is not None and int(version) > SCHEMA_VERSION:
+        issues.add(
+            "newer log schema version (skipped)",
+            source,
+            detail=f"schema version {int(version)} > {SCHEMA_VERSION}; upgrade dataplane to read it",
+            count=max(pf.metadata.num_rows, 1),
+        )
+        return [], issues
+    chunks: list[ParquetChunk] = []
+    group: list[int] = []
+    group_rows = 0
+    first = row = 0
+    for rg in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(rg).num_rows
+        if group and group_rows + n > chunk_rows:
+            chunks.append(ParquetChunk(source, tuple(group), first, group_rows))
+            group, group_rows, first = [], 0, row
+        group.append(rg)
+        group_rows += n
+        row += n
+    if group:
+        chunks.append(ParquetChunk(source, tuple(group), first, group_rows))
+    return chunks, issues
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonlChunk:
+    """Lines of a JSON-lines file whose first byte lies in ``[start, end)``."""
+
+    source: str
+    start: int
+    end: int
+    estimated_rows: int
+
+    def _read_block(self) -> bytes:
+        with open(self.source, "rb") as f:
+            if self.start > 0:
+                f.seek(self.start - 1)
+                f.readline()  # the line holding byte start-1 belongs to the previous block
+            pos = f.tell()
+            data = f.read(max(self.end - pos, 0))
+            if data and not data.endswith(b"\n"):
+                data += f.readline()  # finish the last line begun in this block
+        return data
+
+    def load(self) -> ChunkResult:
+        issues = ReadIssues()
+        data = self._read_block()
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        keep = [i for i, line in enumerate(lines) if line.strip()]
+        table: pa.Table | None = None
+        if keep:
+            try:
+                table = pajson.read_json(
+                    io.BytesIO(data),
+                    read_options=pajson.ReadOptions(
+                        use_threads=False, block_size=max(len(data), 1 << 20)
+                    ),
+                    parse_options=pajson.ParseOptions(
+                        explicit_schema=_JSON_SCHEMA, unexpected_field_behavior="ignore"
+                    ),
+                )
+                if table.num_rows != len(keep):
+                    table = None
+            except (pa.ArrowException, ValueError):
+                table = None
+            if table is None:
+                table, keep = _parse_lines(lines, keep, issues, self.source, self.start)
+        if table is None:
+            table = _JSON_SCHEMA.empty_table()
+        try:
+            table = conform(table)
+        except SchemaError as exc:  # required column absent from every line of the block
+            issues.add(
+                "not a placement log row",
+                self.source,
+                detail=str(exc),
+                count=len(keep),
+                line=keep[0] + 1 if keep else 1,
+                block_start=self.start,
+            )
+            table, keep = SCHEMA.empty_table(), []
+        return ChunkResult(
+            table,
+            issues,
+            self.source,
+            row_lines=np.asarray(keep, dtype=np.int64) + 1,
+            block_start=self.start,
+            lines=len(lines),
+        )
+
+
+def _parse_lines(
+    lines: list[bytes], keep: list[int], issues: ReadIssues, source: str, block_start: int
+) -> tuple[pa.Table | None, list[int]]:
+    """Parse line by line; bad lines are counted with their (block-relative) line number."""
+    rows: list[dict[str, Any]] = []
+    good: list[int] = []
+    for i in keep:
+        line = lines[i]
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            issues.add(
+                "invalid JSON",
+                source,
+                detail=f"{exc}: {line[:80]!r}",
+                line=i + 1,
+                block_start=block_start,
+            )
+            continue
+        if not isinstance(obj, dict):
+            issues.add(
+                "not a JSON object",
+                source,
+                detail=repr(line[:80]),
+                line=i + 1,
+                block_start=block_start,
+            )
+            continue
+        row = {k: obj.get(k) for k in SCHEMA.names}
+        bad = _bad_value(row)
+        if bad:
+            issues.add(
+                "value of the wrong type", source, detail=bad, line=i + 1, block_start=block_start
+            )
+            continue
+        rows.append(row)
+        good.append(i)
+    if not rows:
+        return None, []
+    return pa.Table.from_pylist(rows, schema=_JSON_SCHEMA), good
+
+
+def _bad_value(row: dict[str, Any]) -> str:
+    for field in SCHEMA:
+        v = row[field.name]
+        if v is None:
+            continue
+        if pa.types.is_string(field.type):
+            if not isinstance(v, str):
+                row[field.name] = (
+                    str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+                )
+                if not isinstance(row[field.name], str):
+                    return f"{field.name}={v!r} is not a string"
+        elif pa.types.is_integer(field.type):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or (isinstance(v, float) and not v.is_integer())
+            ):
+                return f"{field.name}={v!r} is not an integer"
+            row[field.name] = int(v)
+        elif pa.types.is_floating(field.type):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return f"{field.name}={v!r} is not a number"
+            row[field.name] = float(v)
+    return ""
+
+
+def plan_jsonl(
+    path: str | os.PathLike[str], block_bytes: int | None = None
+) -> tuple[list[JsonlChunk], ReadIssues]:
+    """Byte-range chunks of one JSON-lines log file (rows estimated from the first lines).
+
+    ``block_bytes`` defaults to :data:`BLOCK_BYTES`.
+    """
+    block_bytes = block_bytes or BLOCK_BYTES
+    source = str(path)
+    size = Path(source).stat().st_size
+    with open(source, "rb") as f:
+        head = f.read(1 << 16)
+    n_lines = head.count(b"\n")
+    per_line = len(head) / n_lines if n_lines else max(len(head), 1)
+    n_blocks = max(1, math.ceil(size / block_bytes))
+    step = math.ceil(size / n_blocks)
+    chunks = [
+        JsonlChunk(
+            source,
+            s,
+            min(s + step, size),
+            int(min(s + step, size) - s) // max(int(per_line), 1) + 1,
+        )
+        for s in range(0, size, step)
+    ]
+    return chunks, ReadIssues()

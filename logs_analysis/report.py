@@ -1,0 +1,499 @@
+"""The report: one self-contained HTML file and ``<name>.json`` beside it.
+
+:func:`build_report` runs the stages below (with a tqdm bar over them) and returns a
+:class:`Report`; :meth:`Report.write` renders the HTML (jinja2 template
+``templates/report.html.j2``, figures embedded as base64 PNG, no script, no external
+URL, viewable offline) and writes the JSON (the same numbers, machine-readable; NaN and
+infinities become ``null``).
+
+Stages: discover inputs -> read and aggregate (Dask, one pass) -> distributions -> skew
+-> predictability (cross-validated LightGBM on a sample) -> savings (simulator replays)
+-> figures. Predictability and savings need :mod:`placement`'s model and simulator;
+without them (or with too few rows) their sections say why instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from logs_analysis.aggregate import Aggregate, AggregateConfig, aggregate
+from logs_analysis.analyses import Unavailable
+from logs_analysis.analyses.distributions import UNITS, distribution_table, histogram_series
+from logs_analysis.analyses.predictability import (
+    PredictabilityConfig,
+    PredictabilityResult,
+    predictability,
+)
+from logs_analysis.analyses.savings import DEFAULT_BUDGETS, SavingsResult, savings_curve
+from logs_analysis.analyses.skew import skew, skew_by
+from logs_analysis.errors import AnalysisError
+from logs_analysis.formats import LogFormat, discover
+from logs_analysis.readers import plan
+
+__all__ = ["REPORT_VERSION", "Report", "ReportConfig", "build_report", "json_path_for"]
+
+REPORT_VERSION = 1
+STAGES = (
+    "discover",
+    "read + aggregate",
+    "distributions",
+    "skew",
+    "predictability",
+    "savings",
+    "figures",
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReportConfig:
+    """Settings of a report.
+
+    Parameters
+    ----------
+    format : LogFormat or str
+        ``auto`` (detect each file) or the format to read every input as.
+    scheduler : str
+        ``threads`` (default), ``processes``, ``sync`` or a Dask scheduler address.
+    budgets : tuple of float
+        SSD budgets for the savings curve, shares of peak live bytes in (0, 1].
+    sample_rows : int
+        Rows sampled (whole runs) for predictability.
+    savings_rows : int
+        Most rows replayed per policy and budget.
+    folds : int
+        Cross-validation folds.
+    n_estimators : int
+        LightGBM trees per fold.
+    top : int
+        Groups shown per table and figure (largest first); ``report.json`` holds up to 200.
+    seed : int
+        Seed of the samples and models.
+    progress : bool
+        Show a tqdm progress bar over the stages.
+    title : str or None
+        Report title (default from the inputs).
+    """
+
+    format: LogFormat | str = LogFormat.AUTO
+    scheduler: str = "threads"
+    budgets: tuple[float, ...] = DEFAULT_BUDGETS
+    sample_rows: int = 50_000
+    savings_rows: int = 20_000
+    folds: int = 4
+    n_estimators: int = 200
+    top: int = 25
+    seed: int = 0
+    progress: bool = True
+    title: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "format", LogFormat(self.format))
+        except ValueError:
+            raise ValueError(
+                f"format={self.format!r} must be one of {[f.value for f in LogFormat]}"
+            ) from None
+        budgets = tuple(float(b) for b in self.budgets)
+        if not budgets or any(not (0 < b <= 1) or not math.isfinite(b) for b in budgets):
+            raise ValueError(
+                f"budgets={self.budgets!r} must be shares in (0, 1], e.g. (0.01, 0.05)"
+            )
+        object.__setattr__(self, "budgets", tuple(sorted(set(budgets))))
+        for name in ("savings_rows", "top"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive int")
+        AggregateConfig(sample_rows=self.sample_rows, scheduler=self.scheduler)
+        PredictabilityConfig(folds=self.folds, n_estimators=self.n_estimators)
+
+
+def json_path_for(html_path: str | os.PathLike[str]) -> Path:
+    """Where the JSON of an HTML report goes: same folder and stem (``report.html`` -> ``report.json``)."""
+    return Path(html_path).with_suffix(".json")
+
+
+def _clean(value: Any) -> Any:
+    """JSON-ready: numpy scalars to Python, NaN and infinities to None."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_clean(v) for v in value.tolist()]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    return value
+
+
+@dataclasses.dataclass
+class Report:
+    """A built report: ``data`` (what ``report.json`` holds) and the figures (data URIs)."""
+
+    data: dict[str, Any]
+    figures: dict[str, str]
+
+    def to_json(self) -> str:
+        return json.dumps(_clean(self.data), indent=2, allow_nan=False)
+
+    def render_html(self) -> str:
+        """The self-contained HTML text."""
+        import jinja2
+
+        env = jinja2.Environment(
+            loader=jinja2.PackageLoader("logs_analysis", "templates"),
+            autoescape=jinja2.select_autoescape(["html", "j2"]),
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        env.filters.update(
+            bytes=_fmt_bytes, sci=_fmt_sci, pct=_fmt_pct, num=_fmt_num, secs=_fmt_secs
+        )
+        return env.get_template("report.html.j2").render(r=_clean(self.data), fig=self.figures)
+
+    def write(self, html_path: str | os.PathLike[str]) -> tuple[Path, Path]:
+        """Write the HTML to ``html_path`` and the JSON beside it; returns both paths.
+
+        Raises
+        ------
+        AnalysisError
+            If a file cannot be written (names the path).
+        """
+        html_path = Path(html_path)
+        json_file = json_path_for(html_path)
+        try:
+            html_path.parent.mkdir(parents=True, exist_ok=True)
+            text = self.render_html()
+            _atomic_write(html_path, text)
+            _atomic_write(json_file, self.to_json())
+        except OSError as exc:
+            raise AnalysisError(
+                f"cannot write the report to {html_path.parent}: {exc.strerror or exc}"
+            ) from exc
+        return html_path, json_file
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- formatting
+def _fmt_bytes(v: Any) -> str:
+    if v is None:
+        return "-"
+    v = float(v)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(v) < 1024 or unit == "PiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} PiB"
+
+
+def _fmt_sci(v: Any) -> str:
+    if v is None:
+        return "-"
+    v = float(v)
+    return "0" if v == 0 else f"{v:.2e}"
+
+
+def _fmt_pct(v: Any, digits: int = 1) -> str:
+    return "-" if v is None else f"{100 * float(v):.{digits}f}%"
+
+
+def _fmt_num(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1000):
+        return f"{int(v):,}"
+    return f"{float(v):.{digits}f}"
+
+
+def _fmt_secs(v: Any) -> str:
+    if v is None:
+        return "-"
+    v = float(v)
+    if v < 1e-3:
+        return f"{v * 1e6:.0f} us"
+    if v < 1:
+        return f"{v * 1e3:.1f} ms"
+    if v < 120:
+        return f"{v:.1f} s"
+    if v < 7200:
+        return f"{v / 60:.1f} min"
+    return f"{v / 3600:.1f} h"
+
+
+# ----------------------------------------------------------------------------- building
+class _Stages:
+    def __init__(self, enabled: bool) -> None:
+        self.times: dict[str, float] = {}
+        self._bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=len(STAGES), desc="report", unit="stage", leave=False)
+        self._start = time.perf_counter()
+        self._name = ""
+
+    def start(self, name: str) -> None:
+        self._name = name
+        self._start = time.perf_counter()
+        if self._bar is not None:
+            self._bar.set_postfix_str(name)
+
+    def done(self) -> None:
+        self.times[self._name] = time.perf_counter() - self._start
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _dist_dicts(
+    agg: Aggregate, variable: str, groupings: Sequence[str], top: int
+) -> dict[str, Any]:
+    return {
+        g: [d.to_dict() for d in distribution_table(agg, variable, g, top=top)] for g in groupings
+    }
+
+
+def build_report(
+    paths: Sequence[str | os.PathLike[str]], config: ReportConfig | None = None
+) -> Report:
+    """Read ``paths`` and run every analysis (see the module docstring).
+
+    Raises
+    ------
+    InputError
+        If a path is missing or empty, or no usable row is found.
+    FormatError
+        If a named file's format cannot be told or its codec is not supported.
+    DependencyError
+        If a Darshan log is given without the ``darshan`` package.
+    """
+    config = config or ReportConfig()
+    wall = time.perf_counter()
+    stages = _Stages(config.progress)
+    try:
+        stages.start("discover")
+        sources, issues = discover(list(paths), config.format)
+        chunks, more = plan(sources)
+        issues.merge(more)
+        stages.done()
+
+        stages.start("read + aggregate")
+        agg = aggregate(
+            chunks,
+            AggregateConfig(
+                sample_rows=config.sample_rows, seed=config.seed, scheduler=config.scheduler
+            ),
+            issues=issues,
+            paths=list(paths),
+        )
+        stages.done()
+
+        stages.start("distributions")
+        json_top = max(config.top, 200)
+        density = _dist_dicts(
+            agg, "density", ("overall", "pipeline", "stage", "operator", "file_kind"), json_top
+        )
+        lifetime = _dist_dicts(agg, "lifetime", ("overall", "pipeline", "file_kind"), json_top)
+        size = _dist_dicts(agg, "size", ("overall", "pipeline", "file_kind"), json_top)
+        stages.done()
+
+        stages.start("skew")
+        overall_skew = skew(agg)
+        pipeline_skew = skew_by(agg, "pipeline", top=json_top)
+        stages.done()
+
+        stages.start("predictability")
+        pred = predictability(
+            agg.sample,
+            PredictabilityConfig(
+                folds=config.folds, n_estimators=config.n_estimators, seed=config.seed
+            ),
+        )
+        stages.done()
+
+        stages.start("savings")
+        if isinstance(pred, PredictabilityResult):
+            sav: SavingsResult | Unavailable = savings_curve(
+                pred.table,
+                pred.predictions,
+                pred.stage_history,
+                config.budgets,
+                max_rows=config.savings_rows,
+                seed=config.seed,
+            )
+        else:
+            sav = Unavailable(
+                f"needs the cross-validated predictions, which are unavailable: {pred.reason}"
+            )
+        stages.done()
+
+        stages.start("figures")
+        figures = _figures(agg, density, overall_skew, pred, sav, config)
+        stages.done()
+    finally:
+        stages.close()
+
+    totals = agg.totals
+    data: dict[str, Any] = {
+        "report_version": REPORT_VERSION,
+        "title": config.title or _title(paths),
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "inputs": {
+            "paths": [str(p) for p in paths],
+            "format": LogFormat(config.format).value,
+            "sources": [
+                {
+                    "path": str(s.path),
+                    "format": s.format.value,
+                    "container": s.container.value,
+                    "rows": agg.sources.get(str(s.path), 0),
+                }
+                for s in sources
+            ],
+        },
+        "rows": {
+            "read": agg.rows_read,
+            "usable": agg.rows,
+            "skipped_lines_records_files": agg.issues.total,
+            "chunks": agg.chunks,
+        },
+        "issues": agg.issues.to_dict(),
+        "totals": {
+            "files": agg.rows,
+            "runs": len(agg.runs),
+            "pipelines": int(agg.runs["pipeline"].nunique()) if len(agg.runs) else 0,
+            "bytes": totals.get("bytes"),
+            "read_bytes": totals.get("read_bytes"),
+            "write_bytes": totals.get("write_bytes"),
+            "read_ops": totals.get("read_ops"),
+            "write_ops": totals.get("write_ops"),
+            "byte_seconds": totals.get("byte_s"),
+            "files_without_io": totals.get("zero_ops_rows"),
+            "span_s": (totals.get("deleted_max", 0.0) - totals.get("created_min", 0.0)),
+            "mean_density": (totals.get("ops", 0.0) / totals["byte_s"])
+            if totals.get("byte_s")
+            else None,
+        },
+        "units": {
+            "density": UNITS["density"],
+            "lifetime": UNITS["lifetime"],
+            "size": UNITS["size"],
+            "money": "US dollars",
+        },
+        "density": density,
+        "lifetime": lifetime,
+        "size": size,
+        "skew": {"overall": overall_skew.to_dict(), "by_pipeline": pipeline_skew},
+        "sample": {
+            "rows": len(agg.sample),
+            "method": agg.sample_method,
+            "runs": int(agg.sample["run_id"].nunique()) if len(agg.sample) else 0,
+        },
+        "predictability": pred.to_dict(),
+        "savings": sav.to_dict(),
+        "config": {
+            "scheduler": config.scheduler,
+            "budgets": list(config.budgets),
+            "sample_rows": config.sample_rows,
+            "savings_rows": config.savings_rows,
+            "folds": config.folds,
+            "n_estimators": config.n_estimators,
+            "seed": config.seed,
+            "top": config.top,
+        },
+        "timings_s": dict(stages.times, total=time.perf_counter() - wall),
+        "environment": {"python": platform.python_version(), "cores": len(os.sched_getaffinity(0))},
+    }
+    if isinstance(sav, SavingsResult):
+        data["savings"]["oracle_capture_lightgbm"] = sav.capture("lightgbm")
+    return Report(data=data, figures=figures)
+
+
+def _title(paths: Sequence[Any]) -> str:
+    names = [Path(str(p)).name or str(p) for p in paths]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"Intermediate-data I/O report: {shown}"
+
+
+def _figures(
+    agg: Aggregate,
+    density: dict[str, Any],
+    overall_skew: Any,
+    pred: PredictabilityResult | Unavailable,
+    sav: SavingsResult | Unavailable,
+    config: ReportConfig,
+) -> dict[str, str]:
+    from logs_analysis import plots
+
+    figs: dict[str, str] = {}
+    top_pipes = [d["key"][0] for d in density["pipeline"][:8]]
+    series = [(p, *histogram_series(agg, "density", "pipeline", p)) for p in top_pipes]
+    figs["density_by_pipeline"] = plots.density_by_group(
+        series,
+        "I/O density by pipeline (largest 8)",
+        "I/O density (operations per byte per second)",
+    )
+    for grouping, title in (("stage", "stage"), ("operator", "operator"), ("pipeline", "pipeline")):
+        rows = [(" / ".join(d["key"]), d["quantiles"]) for d in density[grouping][: config.top]]
+        if rows:
+            figs[f"density_ranges_{grouping}"] = plots.quantile_ranges(
+                rows,
+                f"I/O density by {title}: p5-p95, p25-p75, median (largest {len(rows)} by files)",
+                "I/O density (operations per byte per second)",
+            )
+    kinds = agg.histogram("lifetime", "file_kind").keys()[:6]
+    figs["lifetime_size"] = plots.shape_histograms(
+        [
+            (
+                "Lifetime by file kind",
+                "lifetime (seconds)",
+                [(k, *histogram_series(agg, "lifetime", "file_kind", k)) for k in kinds],
+            ),
+            (
+                "Size by file kind",
+                "size (bytes)",
+                [(k, *histogram_series(agg, "size", "file_kind", k)) for k in kinds],
+            ),
+        ]
+    )
+    from logs_analysis.analyses.skew import skew_of
+
+    curves = [("all files", overall_skew.curve["x"], overall_skew.curve["y"])]
+    frame = agg.histogram("density", "pipeline").frame
+    for p in top_pipes[:5]:
+        c = skew_of(frame[frame["key"] == p]).curve
+        curves.append((p, c["x"], c["y"]))
+    figs["skew"] = plots.skew_curve(curves)
+    if isinstance(pred, PredictabilityResult):
+        figs["predicted_vs_true"] = plots.predicted_vs_true(
+            pred.true_log_density,
+            pred.predictions,
+            pred.spearman.get("lightgbm", math.nan),
+            seed=config.seed,
+        )
+        figs["importances"] = plots.importances(pred.feature_importances)
+    if isinstance(sav, SavingsResult):
+        figs["savings"] = plots.savings_curves(sav.budgets, sav.savings)
+    return figs

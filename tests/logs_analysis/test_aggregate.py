@@ -1,0 +1,174 @@
+"""The parallel pass: exact totals, histogram quantiles and skew, samples, schedulers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from logs_analysis.aggregate import MIN_SAMPLE_RUNS, AggregateConfig, aggregate
+from logs_analysis.analyses.distributions import distribution_table
+from logs_analysis.analyses.skew import skew
+from logs_analysis.formats import discover
+from logs_analysis.readers import plan
+from logs_analysis.resample import resample_runs
+from placement.schema import with_derived
+
+
+def _run(paths: list[Path], **options: object):
+    sources, issues = discover(paths)
+    chunks, more = plan(sources)
+    issues.merge(more)
+    return aggregate(chunks, AggregateConfig(**options), issues=issues, paths=paths)
+
+
+@pytest.fixture(scope="module")
+def many_runs(
+    tmp_path_factory: pytest.TempPathFactory, real_rows: pa.Table
+) -> tuple[Path, pa.Table]:
+    """~6,000 real rows resampled into ~20 runs per source run, over four Parquet files."""
+    out = tmp_path_factory.mktemp("many-runs")
+    batches = list(resample_runs(real_rows, 6000, seed=1, batch_rows=1500))
+    for i, batch in enumerate(batches):
+        pq.write_table(batch, out / f"part-{i}.parquet", row_group_size=500)
+    return out, pa.concat_tables(batches)
+
+
+def test_totals_and_runs_are_exact(many_runs: tuple[Path, pa.Table]) -> None:
+    path, table = many_runs
+    agg = _run([path], sample_rows=1000)
+    t = with_derived(table).to_pandas()
+    assert agg.rows == agg.rows_read == len(t)
+    assert agg.chunks == len(list(path.glob("*.parquet")))
+    assert agg.totals["bytes"] == t["size_bytes"].sum()
+    assert agg.totals["ops"] == (t["read_ops"] + t["write_ops"]).sum()
+    assert agg.totals["read_bytes"] == t["read_bytes"].sum()
+    assert agg.totals["created_min"] == t["created_at"].min()
+    runs = agg.runs.set_index("run_id")
+    assert runs["rows"].to_dict() == t.groupby("run_id").size().to_dict()
+    assert np.allclose(
+        runs["deleted_max"].sort_index(), t.groupby("run_id")["deleted_at"].max().sort_index()
+    )
+
+
+def test_quantiles_match_exact_within_a_bin(many_runs: tuple[Path, pa.Table]) -> None:
+    path, table = many_runs
+    agg = _run([path], sample_rows=1000)
+    t = with_derived(table).to_pandas()
+    assert (t["io_density"] == 0).any()  # Darshan files never read or written: density 0
+    for grouping, column in (("pipeline", "pipeline"), ("file_kind", "file_kind")):
+        for d in distribution_table(agg, "density", grouping, top=None):
+            values = t.loc[t[column] == d.key[0], "io_density"]
+            for q in (0.05, 0.5, 0.95):
+                exact = np.quantile(values, q)
+                got = d.quantiles[f"p{100 * q:g}"]
+                if exact == 0:
+                    assert got == 0, (d.key, q)
+                    continue
+                # within a couple of histogram bins (0.02 decades each), or the gap between
+                # the neighbouring values the two quantile definitions interpolate between
+                lo, hi = np.quantile(values, [max(q - 0.002, 0), min(q + 0.002, 1)])
+                assert (
+                    np.log10(min(lo, exact)) - 0.05
+                    <= np.log10(got)
+                    <= np.log10(max(hi, exact)) + 0.05
+                ), (d.key, q)
+
+
+def test_skew_matches_exact_sort(many_runs: tuple[Path, pa.Table]) -> None:
+    path, table = many_runs
+    agg = _run([path], sample_rows=1000)
+    t = with_derived(table).to_pandas().sort_values("io_density", ascending=False)
+    cum_bytes = t["size_bytes"].cumsum() / t["size_bytes"].sum()
+    cum_ops = (t["read_ops"] + t["write_ops"]).cumsum() / (t["read_ops"] + t["write_ops"]).sum()
+    s = skew(agg)
+    for share in (0.01, 0.05):
+        exact = float(np.interp(share, cum_bytes, cum_ops))
+        assert s.by_bytes[f"{100 * share:g}%"] == pytest.approx(exact, abs=0.03)
+    assert s.by_bytes["5%"] >= s.by_bytes["1%"] >= 0.01  # denser bytes carry more than their share
+
+
+def test_sample_is_whole_runs(many_runs: tuple[Path, pa.Table]) -> None:
+    path, table = many_runs
+    agg = _run([path], sample_rows=1500, seed=3)
+    assert agg.sample_method == "whole runs"
+    sample_runs = agg.sample["run_id"].value_counts()
+    assert len(sample_runs) >= MIN_SAMPLE_RUNS
+    full = table.to_pandas()["run_id"].value_counts()
+    assert (sample_runs == full[sample_runs.index]).all()  # every sampled run is complete
+    assert 500 <= len(agg.sample) <= 2250
+    again = _run([path], sample_rows=1500, seed=3)
+    assert set(again.sample["run_id"]) == set(agg.sample["run_id"])  # deterministic
+
+
+def test_small_input_keeps_every_row(native_dir: Path, real_rows: pa.Table) -> None:
+    agg = _run([native_dir])
+    assert agg.sample_method == "all rows" and len(agg.sample) == real_rows.num_rows
+
+
+def test_threads_sync_and_a_real_cluster_agree(many_runs: tuple[Path, pa.Table]) -> None:
+    from distributed import LocalCluster
+
+    path, _ = many_runs
+    threads = _run([path], sample_rows=1000, scheduler="threads")
+    sync = _run([path], sample_rows=1000, scheduler="sync")
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        dist = _run([path], sample_rows=1000, scheduler=cluster.scheduler_address)
+    for other in (sync, dist):
+        assert other.totals == pytest.approx(threads.totals)
+        for key, hist in threads.histograms.items():
+            a = hist.frame.sort_values(["key", "bin"]).reset_index(drop=True)
+            b = other.histograms[key].frame.sort_values(["key", "bin"]).reset_index(drop=True)
+            assert a[["key", "bin", "n"]].equals(b[["key", "bin", "n"]]), key
+        assert set(other.sample["run_id"]) == set(threads.sample["run_id"])
+
+
+def test_unreachable_scheduler_is_a_clear_error(native_dir: Path) -> None:
+    from logs_analysis.errors import AnalysisError
+
+    with pytest.raises(AnalysisError, match="cannot reach the Dask scheduler.*--scheduler threads"):
+        _run([native_dir], scheduler="tcp://127.0.0.1:9")
+
+
+def test_jsonl_issue_lines_are_file_lines(
+    real_rows: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    rows = real_rows.to_pylist()
+    bad_lines = {40, 170, 301}
+    with open(path, "w") as f:
+        f.writelines(
+            "{broken\n" if i in bad_lines else json.dumps(row) + "\n"
+            for i, row in enumerate(rows, 1)
+        )
+    monkeypatch.setattr("logs_analysis.readers.native.BLOCK_BYTES", 9000)
+    sources, _ = discover([path])
+    chunks, _ = plan(sources)
+    assert len(chunks) > 5
+    agg = aggregate(chunks, AggregateConfig(), paths=[path])
+    assert agg.issues.counts == {"invalid JSON": 3}
+    assert sorted(e.line for e in agg.issues.examples) == sorted(bad_lines)
+    assert agg.rows == len(rows) - 3
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="sample_rows"):
+        AggregateConfig(sample_rows=5)
+    with pytest.raises(ValueError, match="workers"):
+        AggregateConfig(workers=0)
+
+
+@pytest.mark.timeout(120)
+def test_process_scheduler_with_darshan_logs(darshan_log: Path, native_dir: Path) -> None:
+    # Darshan logs are parsed in a spawned child: that must also work (and exit) inside a
+    # process-pool worker
+    threads = _run([darshan_log, native_dir], scheduler="threads")
+    procs = _run([darshan_log, native_dir], scheduler="processes", workers=2)
+    assert procs.rows == threads.rows == 214 + 322
+    assert procs.totals == pytest.approx(threads.totals)

@@ -1,0 +1,214 @@
+"""The service's own logs: Parquet (as LogWriter writes them) and JSON lines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from logs_analysis.errors import FormatError, InputError
+from logs_analysis.formats import Container, LogFormat, discover, sniff
+from logs_analysis.readers import read_table
+from logs_analysis.readers.native import JsonlChunk, plan_jsonl, plan_parquet
+from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    return table.sort_by("file_id")
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """Decode dictionary columns so tables compare by value."""
+    cols = [
+        c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.columns
+    ]
+    return pa.Table.from_arrays(cols, schema=SCHEMA)
+
+
+def _write_jsonl(table: pa.Table, path: Path) -> None:
+    with open(path, "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in table.to_pylist())
+
+
+def test_parquet_directory_round_trip(native_dir: Path, real_rows: pa.Table) -> None:
+    files = sorted(native_dir.glob("*.parquet"))
+    assert len(files) >= 3  # LogWriter flushed several files
+    assert all(sniff(f) == (LogFormat.NATIVE, Container.PARQUET) for f in files)
+    table, issues = read_table([native_dir])
+    assert not issues
+    assert _sorted(_plain(table)).equals(_sorted(real_rows))
+
+
+def test_jsonl_round_trip_across_blocks(real_rows: pa.Table, tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    _write_jsonl(real_rows, path)
+    assert sniff(path) == (LogFormat.NATIVE, Container.JSONL)
+    chunks, _ = plan_jsonl(path, block_bytes=4096)  # many blocks; lines straddle block edges
+    assert len(chunks) > 10
+    loaded = [c.load() for c in chunks]
+    assert sum(r.lines for r in loaded) == real_rows.num_rows
+    table = pa.concat_tables([r.table for r in loaded])
+    assert _sorted(table).equals(_sorted(real_rows))
+
+
+def test_jsonl_malformed_lines_keep_the_rest(
+    real_rows: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    _write_jsonl(real_rows, path)
+    lines = path.read_text().splitlines()
+    bad = {
+        5: lines[5][:40],  # torn line
+        77: "[1, 2]",  # not an object
+        150: lines[150].replace('"read_ops": ', '"read_ops": "many", "x": '),  # wrong type
+        299: "",  # blank lines are not rows, nor issues
+    }
+    for i, text in bad.items():
+        lines[i] = text
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr("logs_analysis.readers.native.BLOCK_BYTES", 8192)
+    table, issues = read_table([path])
+    assert issues.counts == {
+        "invalid JSON": 1,
+        "not a JSON object": 1,
+        "value of the wrong type": 1,
+    }
+    assert sorted(e.location for e in issues.examples) == sorted(
+        f"line {i + 1}" for i in (5, 77, 150)
+    )
+    assert table.num_rows == real_rows.num_rows - 4
+
+
+def test_bad_rows_are_dropped_and_located(real_rows: pa.Table, tmp_path: Path) -> None:
+    t = real_rows.slice(0, 50)
+    created = t["created_at"].to_numpy().copy()
+    deleted = t["deleted_at"].to_numpy().copy()
+    deleted[7] = created[7] - 5.0
+    ops = t["read_ops"].to_numpy().copy()
+    ops[11] = -1
+    t = t.set_column(
+        t.schema.get_field_index("deleted_at"), SCHEMA.field("deleted_at"), pa.array(deleted)
+    )
+    t = t.set_column(t.schema.get_field_index("read_ops"), SCHEMA.field("read_ops"), pa.array(ops))
+    path = tmp_path / "bad.parquet"
+    pq.write_table(t, path)
+    table, issues = read_table([path])
+    assert table.num_rows == 48
+    assert issues.counts == {"deleted before created": 1, "negative read_ops": 1}
+    assert {(e.reason, e.location) for e in issues.examples} == {
+        ("deleted before created", "row 7"),
+        ("negative read_ops", "row 11"),
+    }
+
+
+def test_torn_parquet_is_skipped_not_fatal(native_dir: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    shutil.copytree(native_dir, logs)
+    files = sorted(logs.glob("*.parquet"))
+    data = files[0].read_bytes()
+    files[0].write_bytes(data[: len(data) // 2])  # a crash mid-write
+    good_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files[1:])
+    table, issues = read_table([logs])
+    assert table.num_rows == good_rows
+    assert issues.counts == {"unreadable Parquet file (skipped)": 1}
+    assert issues.examples[0].source == str(files[0])
+
+
+def test_only_unreadable_input_is_a_clear_error(native_dir: Path, tmp_path: Path) -> None:
+    src = min(native_dir.glob("*.parquet"))
+    torn = tmp_path / "torn.parquet"
+    torn.write_bytes(src.read_bytes()[:100])
+    with pytest.raises(InputError, match=r"no usable log rows.*unreadable Parquet file"):
+        read_table([torn])
+
+
+def test_other_parquet_and_newer_schema_are_skipped(real_rows: pa.Table, tmp_path: Path) -> None:
+    pq.write_table(pa.table({"a": [1, 2, 3]}), tmp_path / "other.parquet")
+    newer = real_rows.slice(0, 10).replace_schema_metadata(
+        {SCHEMA_VERSION_KEY: str(SCHEMA_VERSION + 1).encode()}
+    )
+    pq.write_table(newer, tmp_path / "newer.parquet")
+    pq.write_table(real_rows.slice(10, 20), tmp_path / "ok.parquet")
+    table, issues = read_table([tmp_path])
+    assert table.num_rows == 20
+    assert issues.counts == {
+        "not a placement log: missing required columns (skipped)": 3,
+        "newer log schema version (skipped)": 10,
+    }
+    assert any("upgrade dataplane" in e.detail for e in issues.examples)
+
+
+def test_parquet_chunks_follow_row_groups(real_rows: pa.Table, tmp_path: Path) -> None:
+    path = tmp_path / "big.parquet"
+    pq.write_table(real_rows, path, row_group_size=40)
+    chunks, _ = plan_parquet(path, chunk_rows=100)
+    # whole row groups of 40 rows, at most 100 rows a chunk: 80, 80, 80, then 80 + the last 2
+    assert real_rows.num_rows == 322
+    assert [c.first_row for c in chunks] == [0, 80, 160, 240]
+    assert [c.estimated_rows for c in chunks] == [80, 80, 80, 82]
+    assert sum(c.estimated_rows for c in chunks) == real_rows.num_rows
+    table = pa.concat_tables([c.load().table for c in chunks])
+    assert _plain(table).equals(real_rows)
+
+
+def test_missing_and_empty_inputs(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        discover([tmp_path / "nope"])
+    empty = tmp_path / "empty.parquet"
+    empty.touch()
+    with pytest.raises(InputError, match="is empty"):
+        discover([empty])
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(InputError, match="no log files found"):
+        discover([tmp_path / "sub"])
+    with pytest.raises(InputError, match="no log paths"):
+        discover([])
+
+
+def test_unknown_file_named_explicitly(tmp_path: Path) -> None:
+    odd = tmp_path / "notes.txt"
+    odd.write_text("hello\n")
+    with pytest.raises(FormatError, match="cannot tell the format.*--format"):
+        discover([odd])
+    with pytest.raises(FormatError, match="--format 'csv'"):
+        discover([odd], "csv")
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root reads files whatever their mode")
+    secret = tmp_path / "log.parquet"
+    secret.write_bytes(b"PAR1")
+    secret.chmod(0)
+    with pytest.raises(InputError, match="cannot read"):
+        discover([secret])
+
+
+def test_jsonl_chunk_edges(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    lines = [json.dumps({"file_id": f"f{i}", "k": "v" * i}) for i in range(30)]
+    path.write_text("\n".join(lines) + "\n")
+    size = path.stat().st_size
+    for step in (1, 7, 50, 97, size):
+        got = []
+        for start in range(0, size, step):
+            chunk = JsonlChunk(str(path), start, min(start + step, size), 1)
+            got.extend(chunk._read_block().splitlines())
+        assert [g.decode() for g in got if g] == lines, step
+    assert np.all(np.diff([len(x) for x in lines]) > 0)
+
+
+def test_special_file_named_explicitly(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        discover([fifo])
