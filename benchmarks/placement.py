@@ -1,0 +1,253 @@
+"""Learned SSD/HDD placement on the workload-suite logs: savings, rank correlation, decision cost.
+
+Usage::
+
+    python benchmarks/placement.py [LOG_DIR_OR_FILES...] [--quick]
+
+LOGS default to ``data/placement/logs`` (written by ``dataplane placement collect``).
+Prints, for the pipeline split (grouped k-fold over pipelines) and the time split
+(each pipeline's latest runs held out):
+
+* TCO savings against all-HDD of every policy at SSD budgets of 1, 2, 5, 10, 20% of
+  the test rows' peak live bytes, the LightGBM policy's share of the oracle's savings
+  and its ratio to the best heuristic (goals at 5%: >= 85% and >= 1.5x);
+* Spearman rank correlation of predicted against true density on the test rows;
+* decision latency: one file through features + model (the live path) against the
+  naive path (a one-row pandas DataFrame into ``Booster.predict``), side by side; and
+  batched decisions per second against the 50k/s goal;
+* model file size and the predictor's memory;
+* simulator replay speed on a log resampled to 500k rows;
+* a sensitivity run with SSD wear and HDD transfer time priced
+  (:class:`placement.cost.CostModel` optional terms).
+
+Writes ``benchmarks/results/placement-<time>.json`` (and ``-latest``) and the PNG and
+JSON of each split under ``benchmarks/results/placement/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# this file is named like the package it measures: keep its own folder off the import
+# path while importing ``placement``, then add it back (at the end) for ``_common``
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+from placement.cost import CostModel
+from placement.evaluate import EvaluationConfig, evaluate
+from placement.features import FEATURE_COLUMNS, HistoryStore, build_features, clean_table
+from placement.logwriter import read_logs
+from placement.model import DensityModel
+from placement.policy import AdaptiveThresholdPolicy, FirstFitPolicy
+from placement.simulator import Trace, simulate
+
+sys.path.append(str(_HERE))
+from _common import RESULTS_DIR, format_table, machine_info, write_results
+
+DEFAULT_LOGS = Path(__file__).resolve().parent.parent / "data" / "placement" / "logs"
+
+
+def _goal_lines(result) -> list[str]:
+    five = result.goals["5%"]
+    lines = [
+        (
+            f"  at 5%: lightgbm {100 * five['lightgbm']:.2f}% vs oracle {100 * five['oracle']:.2f}% -> "
+            f"captures {100 * five['oracle_capture']:.1f}% of the oracle (goal >= 85%: "
+            f"{'met' if result.goals['goal_oracle_capture_85pct_at_5pct'] else 'MISSED'})"
+        ),
+        (
+            f"         best heuristic {five['best_heuristic']} {100 * five['best_heuristic_savings']:.2f}% -> "
+            f"lightgbm is {five['ratio_to_best_heuristic']:.2f}x it (goal >= 1.5x: "
+            f"{'met' if result.goals['goal_1_5x_best_heuristic_at_5pct'] else 'MISSED'})"
+        ),
+    ]
+    if "per_workload" in five:
+        lines.append(
+            f"         per-workload models {100 * five['per_workload']:.2f}% "
+            f"({100 * five['per_workload_oracle_capture']:.1f}% of the oracle)"
+        )
+    oracle = result.savings["oracle"]["5%"]
+    thr = result.savings.get("threshold+true-density", {}).get("5%")
+    if thr is not None:
+        lines.append(
+            f"         online threshold fed the TRUE density: {100 * thr:.2f}% "
+            f"({100 * thr / oracle:.1f}% of the oracle) - the ceiling of any predictor under this policy"
+        )
+    return lines
+
+
+def naive_single_latency(model: DensityModel, feats: pd.DataFrame, n: int = 500) -> float:
+    """Median microseconds of one decision through a one-row DataFrame (the naive path)."""
+    out = []
+    for i in range(n):
+        t0 = time.perf_counter_ns()
+        model.booster.predict(feats.iloc[[i % len(feats)]])
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    return float(np.median(out))
+
+
+def resample(df: pd.DataFrame, rows: int, rng: np.random.Generator) -> pd.DataFrame:
+    """``rows`` rows made of whole copies of the log, shifted in time one after another."""
+    span = float(df["deleted_at"].max() - df["created_at"].min()) + 1.0
+    copies = -(-rows // len(df))
+    parts = []
+    for k in range(copies):
+        part = df.copy()
+        part["created_at"] += k * span
+        part["deleted_at"] += k * span
+        part["file_id"] = part["file_id"].astype(str) + f"-{k}"
+        part["run_id"] = part["run_id"].astype(str) + f"-{k}"
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True).head(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("logs", nargs="*", type=Path, default=[DEFAULT_LOGS])
+    ap.add_argument(
+        "--quick", action="store_true", help="skip the sensitivity run and the replay-speed run"
+    )
+    args = ap.parse_args(argv)
+    if not any(p.exists() for p in args.logs):
+        print(
+            f"no logs at {[str(p) for p in args.logs]}; run `dataplane placement collect {DEFAULT_LOGS}` first"
+        )
+        return 1
+    logset = read_logs(args.logs)
+    df, issues = clean_table(logset.table)
+    print(
+        f"logs: {len(logset.files)} file(s), {issues.total_rows} rows, {issues.n_dropped} bad rows dropped, "
+        f"{len(logset.bad_files)} bad file(s); {df['pipeline'].nunique()} pipelines, {df['run_id'].nunique()} runs"
+    )
+    out_dir = RESULTS_DIR / "placement"
+    payload: dict = {
+        "machine": machine_info(),
+        "input": {
+            "files": len(logset.files),
+            **issues.to_dict(),
+            "bad_files": [str(p) for p, _ in logset.bad_files],
+            "pipelines": int(df["pipeline"].nunique()),
+            "runs": int(df["run_id"].nunique()),
+        },
+    }
+    results = {}
+    for split in ("pipeline", "time"):
+        t0 = time.perf_counter()
+        result = evaluate(df, EvaluationConfig(split=split), measure=(split == "time"))
+        paths = result.write(out_dir, stem=f"placement-{split}")
+        results[split] = result
+        print(
+            f"\n== {split} split: {result.rows['test']} test files in {result.rows['test_runs']} runs "
+            f"({time.perf_counter() - t0:.1f} s) - TCO savings vs all-HDD"
+        )
+        print(result.table())
+        print("\n".join(_goal_lines(result)))
+        print(
+            "  Spearman (predicted vs true density, test rows): "
+            + ", ".join(f"{k} {v:.3f}" for k, v in result.spearman.items())
+        )
+        print(f"  wrote {paths['png']}")
+        payload[split] = {k: v for k, v in result.to_dict().items() if k != "simulations"}
+        payload[split]["simulations"] = result.simulations
+
+    # decision cost, side by side with the naive path
+    d = results["time"].decisions
+    history = HistoryStore.from_table(df)
+    feats = build_features(df, history)
+    model = DensityModel().fit_features(feats, _target(df))
+    naive = naive_single_latency(model, feats)
+    print("\n== decisions (model of the time split; 2-core machine, shared)")
+    print(
+        format_table(
+            ["measure", "value", "goal / baseline"],
+            [
+                [
+                    "single decision p50 (features + model)",
+                    f"{d['single_us_p50']:.1f} us",
+                    "< 1000 us",
+                ],
+                ["single decision p99", f"{d['single_us_p99']:.1f} us", "< 1000 us"],
+                [
+                    "model call alone p50",
+                    f"{d['single_model_only_us_p50']:.1f} us",
+                    f"naive 1-row DataFrame: {naive:.1f} us ({naive / d['single_model_only_us_p50']:.1f}x slower)",
+                ],
+                ["batched, all threads", f"{d['batched_per_s']:,.0f} /s", ">= 50,000 /s"],
+                ["batched, one thread", f"{d['batched_per_s_one_thread']:,.0f} /s", ">= 50,000 /s"],
+                [
+                    "model files (model.txt + model.json)",
+                    f"{d['model_file_bytes'] / 1024:.0f} KiB",
+                    f"{d['trees']} trees",
+                ],
+                [
+                    "predictor RSS growth (load + predict 10k)",
+                    f"{d['predictor_rss_delta_bytes'] / 2**20:.1f} MiB",
+                    "",
+                ],
+                [
+                    "predictor load, Python heap peak",
+                    f"{d['predictor_load_python_heap_peak_bytes'] / 2**10:.0f} KiB",
+                    "",
+                ],
+            ],
+        )
+    )
+    payload["decisions"] = {
+        **d,
+        "naive_single_model_us_p50": naive,
+        "feature_count": len(FEATURE_COLUMNS),
+    }
+    imp = list(results["time"].feature_importances.items())[:8]
+    print("  top features (gain): " + ", ".join(f"{k} {v:.0f}" for k, v in imp))
+
+    if not args.quick:
+        rng = np.random.default_rng(0)
+        big = resample(df, 500_000, rng)
+        trace = Trace.from_clean(big)
+        pred = np.random.default_rng(1).normal(-5, 1, len(big))
+        t0 = time.perf_counter()
+        r_ff = simulate(trace, FirstFitPolicy(10**9), CostModel(), 10**9)
+        ff_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        r_ad = simulate(trace, AdaptiveThresholdPolicy(10**9), CostModel(), 10**9, predictions=pred)
+        ad_s = time.perf_counter() - t0
+        print(
+            f"\n== simulator replay of {len(big):,} rows: first-fit {len(big) / ff_s:,.0f} rows/s, "
+            f"adaptive threshold {len(big) / ad_s:,.0f} rows/s"
+        )
+        payload["simulator_speed"] = {
+            "rows": len(big),
+            "first_fit_rows_per_s": len(big) / ff_s,
+            "adaptive_rows_per_s": len(big) / ad_s,
+            "ssd_files": [r_ff.ssd_files, r_ad.ssd_files],
+        }
+
+        full = CostModel(ssd_usd_per_tb_written=0.057, hdd_bytes_per_s=270e6)
+        sens = evaluate(df, EvaluationConfig(split="time", cost_model=full))
+        sens.write(out_dir, stem="placement-time-wear")
+        print(
+            "\n== sensitivity: time split with SSD wear ($0.057/TB written) and HDD transfer (270 MB/s) priced"
+        )
+        print(sens.table())
+        payload["sensitivity_wear_transfer"] = {
+            k: v for k, v in sens.to_dict().items() if k != "simulations"
+        }
+
+    path = write_results("placement", payload)
+    print(f"\nwrote {path}")
+    return 0
+
+
+def _target(df: pd.DataFrame) -> np.ndarray:
+    from placement.features import log_density
+
+    return log_density(df)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
