@@ -140,7 +140,7 @@ def run_torch(items, recipe, batch_size: int, workers: int, epochs: int) -> list
 
 
 # -- dataplane.Loader -------------------------------------------------------------------
-def run_loader(items, recipe, batch_size: int, threads: int, epochs: int) -> list[EpochTiming]:  # type: ignore[no-untyped-def]
+def run_loader(items, recipe, batch_size: int, threads: int, epochs: int, device: str = "cpu") -> list[EpochTiming]:  # type: ignore[no-untyped-def]
     from dataplane import Loader
 
     loader = Loader(
@@ -149,7 +149,7 @@ def run_loader(items, recipe, batch_size: int, threads: int, epochs: int) -> lis
         batch_size=batch_size,
         shuffle=True,
         seed=0,
-        device="cpu",
+        device=device,
         num_threads=threads,
     )
 
@@ -161,21 +161,23 @@ def run_loader(items, recipe, batch_size: int, threads: int, epochs: int) -> lis
 
 
 # -- bare DALI with DALI's PyTorch iterator --------------------------------------------------
-def run_bare_dali(items, recipe, batch_size: int, threads: int, epochs: int) -> list[EpochTiming]:  # type: ignore[no-untyped-def]
+def run_bare_dali(items, recipe, batch_size: int, threads: int, epochs: int, device: str = "cpu") -> list[EpochTiming]:  # type: ignore[no-untyped-def]
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
     files = [str(p) for p, _ in items]
     labels = [int(label) for _, label in items]
 
-    @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, seed=0)
+    gpu = device == "cuda"
+
+    @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=0 if gpu else None, seed=0)
     def pipe():  # type: ignore[no-untyped-def]
         jpegs, label = fn.readers.file(
             files=files, labels=labels, random_shuffle=True, name="Reader"
         )
         images = fn.decoders.image_random_crop(
             jpegs,
-            device="cpu",
+            device="mixed" if gpu else "cpu",
             output_type=types.RGB if recipe.channels == 3 else types.GRAY,
             random_area=[0.08, 1.0],
             random_aspect_ratio=[3 / 4, 4 / 3],
@@ -275,8 +277,21 @@ def summary(timings: list[EpochTiming]) -> dict[str, Any]:
     default=None,
     help="DALI threads and DataLoader workers [default: available cores].",
 )
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="Where Loader and bare DALI decode ('cuda': DALI mixed decode, CUDA tensors); "
+    "the torch baseline always decodes on the CPU.",
+)
 def main(
-    epochs: int, batch_size: int, jpeg_repeat: int, fmnist_limit: int, threads: int | None
+    epochs: int,
+    batch_size: int,
+    jpeg_repeat: int,
+    fmnist_limit: int,
+    threads: int | None,
+    device: str,
 ) -> None:
     """Images/s and memory of torch DataLoader vs dataplane.Loader vs bare DALI."""
     from preprocessing import make_recipe
@@ -287,6 +302,7 @@ def main(
         "cores": cores,
         "epochs": epochs,
         "batch_size": batch_size,
+        "device": device,
         "datasets": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -304,9 +320,9 @@ def main(
             raw[name]["torch"] = run_torch(items, recipe, batch_size, cores, epochs)
         for name, (items, recipe) in datasets.items():
             click.echo(f"[loader]    {name}", err=True)
-            raw[name]["loader"] = run_loader(items, recipe, batch_size, cores, epochs)
+            raw[name]["loader"] = run_loader(items, recipe, batch_size, cores, epochs, device)
             click.echo(f"[bare DALI] {name}", err=True)
-            raw[name]["bare_dali"] = run_bare_dali(items, recipe, batch_size, cores, epochs)
+            raw[name]["bare_dali"] = run_bare_dali(items, recipe, batch_size, cores, epochs, device)
     rows = []
     for name, systems in raw.items():
         entry = {system: summary(t) for system, t in systems.items()}
@@ -338,6 +354,9 @@ def main(
         "loader peak RSS per epoch (MiB)",
         "torch RSS incl. workers (MiB)",
     ]
+    if device == "cuda":
+        headers[2] = "loader (cuda) img/s"
+        headers[3] = "bare DALI (mixed) img/s"
     click.echo(format_table(headers, rows))
     jpeg = results["datasets"]["opencv-doc JPEG 224"]
     growth = jpeg["loader"]["rss_growth_after_first_epoch_bytes"] / 2**20
@@ -352,7 +371,7 @@ def main(
     click.echo(
         f"{cores} cores; load average at start {load[0]:.2f} (shared machine: compare ratios)"
     )
-    path = write_results("loader", results)
+    path = write_results("loader" if device == "cpu" else "loader-cuda", results)
     click.echo(f"wrote {path}")
 
 
