@@ -51,6 +51,7 @@ system-test-deps:
 demo: venv system-deps
 	$(BIN)/dataplane ingest fmnist $(DATA)/fmnist --format folder
 	$(BIN)/dataplane iterate $(DATA)/fmnist/train --epochs 2
+	$(BIN)/dataplane serve --demo
 
 test: venv system-test-deps
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

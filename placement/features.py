@@ -46,6 +46,7 @@ __all__ = [
     "FILE_KINDS",
     "HISTORY_LEVELS",
     "OPERATORS",
+    "HistorySnapshot",
     "HistoryStore",
     "RowIssues",
     "build_features",
@@ -399,25 +400,85 @@ class HistoryStore:
 
         Returns a mapping ``h_<level>_<stat> -> value`` (``NaN`` where the key is unknown).
         """
-        latest = self._latest_table()
-        values = {
-            "pipeline": pipeline or "",
-            "stage": stage or "",
-            "file_kind": file_kind or "",
-            "operator": operator or "",
-        }
-        out: dict[str, float] = {}
-        for level, keys in HISTORY_LEVELS.items():
-            row = latest[level].get(tuple(values[k] for k in keys))
-            for j, stat in enumerate(_STATS):
-                if row is None:
-                    out[f"h_{level}_{stat}"] = 0.0 if stat == "n" else math.nan
-                else:
-                    out[f"h_{level}_{stat}"] = float(row[j])
-        return out
+        return _lookup(self._latest_table(), pipeline, stage, file_kind, operator)
+
+    def snapshot(self) -> HistorySnapshot:
+        """The statistics :meth:`lookup` uses, frozen (small; what a Dask worker needs)."""
+        return HistorySnapshot(self._latest_table(), n_runs=self.n_runs)
 
     def __repr__(self) -> str:
         return f"<HistoryStore: {self.n_runs} runs>"
+
+
+def _lookup(
+    latest: Mapping[str, Mapping[tuple[str, ...], np.ndarray]],
+    pipeline: str,
+    stage: str,
+    file_kind: str,
+    operator: str,
+) -> dict[str, float]:
+    values = {
+        "pipeline": pipeline or "",
+        "stage": stage or "",
+        "file_kind": file_kind or "",
+        "operator": operator or "",
+    }
+    out: dict[str, float] = {}
+    for level, keys in HISTORY_LEVELS.items():
+        row = latest.get(level, {}).get(tuple(values[k] for k in keys))
+        for j, stat in enumerate(_STATS):
+            if row is None:
+                out[f"h_{level}_{stat}"] = 0.0 if stat == "n" else math.nan
+            else:
+                out[f"h_{level}_{stat}"] = float(row[j])
+    return out
+
+
+class HistorySnapshot:
+    """Per-key history statistics over every run a :class:`HistoryStore` held, frozen.
+
+    It answers :meth:`lookup` exactly as its store did when the snapshot was taken, and
+    holds one small array per key (not the per-run sums), so it is cheap to pickle and
+    to keep on every Dask worker. Build it with :meth:`HistoryStore.snapshot`.
+    """
+
+    #: Answers remembered per key set (live decisions repeat the same few keys).
+    CACHE_SIZE = 4096
+
+    def __init__(
+        self, latest: Mapping[str, Mapping[tuple[str, ...], np.ndarray]], *, n_runs: int = 0
+    ) -> None:
+        self._latest = {level: dict(table) for level, table in latest.items()}
+        self.n_runs = int(n_runs)
+        self._cache: dict[tuple[str, str, str, str], dict[str, float]] = {}
+
+    def lookup(
+        self, pipeline: str, stage: str, file_kind: str = "", operator: str = ""
+    ) -> dict[str, float]:
+        """As :meth:`HistoryStore.lookup` (the answer is shared: do not modify it)."""
+        key = (pipeline or "", stage or "", file_kind or "", operator or "")
+        out = self._cache.get(key)
+        if out is None:
+            out = _lookup(self._latest, *key)
+            if len(self._cache) >= self.CACHE_SIZE:
+                self._cache.clear()
+            self._cache[key] = out
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_latest": self._latest, "n_runs": self.n_runs}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cache = {}
+
+    @property
+    def n_keys(self) -> int:
+        """Keys held, over every history level."""
+        return sum(len(t) for t in self._latest.values())
+
+    def __repr__(self) -> str:
+        return f"<HistorySnapshot: {self.n_runs} runs, {self.n_keys} keys>"
 
 
 # ------------------------------------------------------------------------- features
@@ -505,7 +566,9 @@ def _f(value: Any) -> float:
         return math.nan
 
 
-def features_from_request(request: Any, history: HistoryStore | None = None) -> np.ndarray:
+def features_from_request(
+    request: Any, history: HistoryStore | HistorySnapshot | None = None
+) -> np.ndarray:
     """Feature row of one file about to be created (for single, live decisions).
 
     Parameters
@@ -514,7 +577,7 @@ def features_from_request(request: Any, history: HistoryStore | None = None) -> 
         Creation-time facts by log-schema column name (a dict, a dataclass such as
         ``placement.storage.FileRequest``, or any object with those attributes).
         Missing facts become ``NaN``.
-    history : HistoryStore, optional
+    history : HistoryStore or HistorySnapshot, optional
         Earlier runs (every stored run counts); without it history features are unknown.
 
     Returns

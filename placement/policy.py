@@ -257,16 +257,24 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
         self._sorted = np.empty(0)
         self._cum = np.empty(0)
 
-    def admitted_share(self) -> float:
-        """Share of recent bytes (densest first) the current occupancy admits."""
-        return (1.0 - min(self.ledger.occupancy, 1.0)) ** self.exponent
+    def admitted_share(self, occupancy: float | None = None) -> float:
+        """Share of recent bytes (densest first) the occupancy admits.
 
-    def threshold(self, now: float | None = None) -> float:
-        """Current admission threshold on the predicted log10 density (``-inf``: admit all)."""
+        ``occupancy`` (used share of the SSD, in [0, 1]) defaults to this policy's own
+        ledger; a service that keeps its ledger elsewhere passes its own.
+        """
+        u = self.ledger.occupancy if occupancy is None else float(occupancy)
+        return (1.0 - min(max(u, 0.0), 1.0)) ** self.exponent
+
+    def threshold(self, now: float | None = None, *, occupancy: float | None = None) -> float:
+        """Current admission threshold on the predicted log10 density (``-inf``: admit all).
+
+        ``occupancy`` overrides the policy's own ledger (see :meth:`admitted_share`).
+        """
         n = min(self._count, self.window)
         if n < self.min_window or n == 0:
             return -math.inf
-        f = self.admitted_share()
+        f = self.admitted_share(occupancy)
         if f >= 1.0:
             return -math.inf
         if f <= 0.0:
@@ -295,12 +303,24 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
             and self.ledger.admit(file_id, size)
         ):
             tier = Tier.SSD
+        self.observe(pred, size)
+        return tier
+
+    def observe(self, predicted_log_density: float, size_bytes: int) -> None:
+        """Add one file's prediction to the window without placing it.
+
+        A service whose files are placed elsewhere (by workers, under leases) feeds the
+        predictions they report here so the threshold follows cluster-wide traffic.
+        Non-finite predictions are ignored.
+        """
+        pred = float(predicted_log_density)
+        if not math.isfinite(pred):
+            return
         slot = self._count % self.window
         self._pbuf[slot] = pred
-        self._sbuf[slot] = max(size, 1)
+        self._sbuf[slot] = max(int(size_bytes), 1)
         self._count += 1
         self._since_refresh += 1
-        return tier
 
 
 class StageHistoryPolicy(AdaptiveThresholdPolicy):

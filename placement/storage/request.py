@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -105,6 +105,16 @@ class FileRequest:
 
     def to_row(self) -> dict[str, Any]:
         """The id and creation-time columns of this file's log row."""
-        row = asdict(self)
+        row = {name: getattr(self, name) for name in _field_names()}
         row["file_kind"] = self.file_kind.value
         return row
+
+
+_FIELD_NAMES: tuple[str, ...] = ()
+
+
+def _field_names() -> tuple[str, ...]:
+    global _FIELD_NAMES
+    if not _FIELD_NAMES:
+        _FIELD_NAMES = tuple(f.name for f in fields(FileRequest))
+    return _FIELD_NAMES

@@ -364,8 +364,7 @@ class TieredFileStore:
 
     def _write_whole(self, handle: TempFile, frames: Sequence[Buffer]) -> None:
         partial = handle.partial_path
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = _open_creating_parents(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW)
         try:
             try:
                 _write_frames(fd, frames)
@@ -421,8 +420,7 @@ class TieredFileStore:
 
     def _append(self, handle: TempFile, frames: Sequence[Buffer]) -> None:
         partial = handle.partial_path
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        fd = _open_creating_parents(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW)
         try:
             _write_frames(fd, frames)
         finally:
@@ -579,6 +577,15 @@ class TieredFileStore:
 
 
 # ---------------------------------------------------------------------- helpers
+def _open_creating_parents(path: Path, flags: int) -> int:
+    """``os.open(path, flags, 0o600)``, creating missing parent folders on the first miss."""
+    try:
+        return os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o600)
+
+
 def _unlink(path: Path) -> None:
     try:
         path.unlink()
@@ -593,17 +600,40 @@ def _truncate(path: Path, size: int) -> None:
         pass
 
 
-def _take_lock(directory: Path, dirname: str) -> int:
+def _take_lock(directory: Path, dirname: str, *, attempts: int = 100) -> int:
     """Create and hold ``<directory>/<dirname>.lock``; return its descriptor.
 
     The lock is taken on a temporary name and renamed into place, so a cleaner never
-    sees a live store's lock file unlocked.
+    sees a live store's lock file unlocked. A cleaner of another store may find the
+    temporary file in the instant between its creation and its lock, see it unlocked
+    and remove it (or hold it while removing it): then the lock is simply taken again
+    on a fresh file.
+
+    Raises
+    ------
+    StorageError
+        If the lock could not be taken in ``attempts`` tries.
     """
     tmp = directory / f".{dirname}{LOCK_SUFFIX}.tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    os.replace(tmp, directory / f"{dirname}{LOCK_SUFFIX}")
-    return fd
+    final = directory / f"{dirname}{LOCK_SUFFIX}"
+    for _ in range(attempts):
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_ino != os.stat(tmp, follow_symlinks=False).st_ino:
+                raise FileNotFoundError(tmp)  # a cleaner removed it before we locked it
+            os.replace(tmp, final)
+            return fd
+        except (BlockingIOError, FileNotFoundError):
+            os.close(fd)
+            time.sleep(0.001)
+        except BaseException:
+            os.close(fd)
+            raise
+    raise StorageError(
+        f"could not take the store lock {final} in {attempts} attempts; another process "
+        "keeps removing it - check that nothing else cleans this tier directory"
+    )
 
 
 def _remove_if_unlocked(path: Path) -> None:

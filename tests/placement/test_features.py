@@ -120,3 +120,17 @@ def test_clean_table_counts_bad_rows(log: pd.DataFrame) -> None:
 def test_clean_table_names_missing_columns(log: pd.DataFrame) -> None:
     with pytest.raises(SchemaError, match="read_ops"):
         clean_table(log.drop(columns=["read_ops"]))
+
+
+def test_history_snapshot_answers_like_its_store_and_pickles_small(log: pd.DataFrame) -> None:
+    import pickle
+
+    store = HistoryStore(log)
+    snap = store.snapshot()
+    assert snap.n_runs == store.n_runs and snap.n_keys > 0
+    row = log.iloc[7].to_dict()
+    np.testing.assert_array_equal(
+        features_from_request(row, snap), features_from_request(row, store)
+    )
+    assert snap.lookup("nope", "nope") == store.lookup("nope", "nope")
+    assert len(pickle.dumps(snap)) < len(pickle.dumps(store))

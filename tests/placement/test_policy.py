@@ -150,3 +150,16 @@ def test_oracle_policy_places_its_admissions() -> None:
     assert p.place(1, math.nan, 5, 0.0) is Tier.SSD
     assert p.place(2, math.nan, 1, 0.0) is Tier.HDD
     assert p.place(3, math.nan, 6, 0.0) is Tier.HDD  # would not fit: HDD, never an error
+
+
+def test_observed_predictions_move_the_threshold_at_a_given_occupancy() -> None:
+    """A service keeps its ledger elsewhere: it feeds predictions and passes the occupancy."""
+    p = AdaptiveThresholdPolicy(1000, min_window=4, refresh=1)
+    for pred in (-8.0, -7.0, -6.0, -5.0):
+        p.observe(pred, 10)
+    p.observe(math.nan, 10)  # ignored
+    assert p.ledger.used == 0 and len(p.ledger) == 0  # nothing was placed
+    assert p.threshold(occupancy=0.0) == -math.inf
+    assert p.threshold(occupancy=0.75) == -6.0  # the densest half of recent bytes
+    assert p.threshold(occupancy=1.0) == math.inf
+    assert p.threshold(occupancy=2.0) == math.inf  # over budget: nothing more

@@ -382,3 +382,21 @@ def test_cleanup_removes_files_of_dead_stores(tmp_path: Path) -> None:
     with TieredFileStore(ssd_dir=ssd, hdd_dir=hdd) as s:
         assert s.orphans_removed == 3
         assert files_under(hdd) == []
+
+
+def test_stores_started_together_on_shared_directories_all_start(tmp_path: Path) -> None:
+    """Workers start at once on shared tier directories: a cleaner racing a store that is
+    taking its lock must never make that store fail to start."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from placement.storage import TieredFileStore
+        for _ in range(int(sys.argv[3])):
+            TieredFileStore(ssd_dir=sys.argv[1], hdd_dir=sys.argv[2]).close()
+        """
+    )
+    args = [sys.executable, "-c", script, str(tmp_path / "ssd"), str(tmp_path / "hdd"), "150"]
+    procs = [subprocess.Popen(args, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    assert list((tmp_path / "ssd").iterdir()) == [] and list((tmp_path / "hdd").iterdir()) == []

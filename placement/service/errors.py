@@ -1,0 +1,23 @@
+"""Errors raised by :mod:`placement.service`."""
+
+from __future__ import annotations
+
+from placement.errors import PlacementError
+
+
+class ServiceError(PlacementError):
+    """The placement service refused a request, or cannot start as configured.
+
+    Raised on the scheduler for a malformed worker report or a bad configuration value;
+    a client helper (:func:`~placement.service.client.reload_model`) re-raises the
+    scheduler's error. Workers never see it on the path that places a file: a worker
+    that cannot reach the service places files with its local policy instead.
+    """
+
+
+class ServiceConfigError(ServiceError, ValueError):
+    """A ``placement.*`` Dask configuration value is missing or invalid (names the key and the fix)."""
+
+
+class ServiceUnavailable(ServiceError, ConnectionError):
+    """The scheduler does not run the placement service (no handler answered)."""

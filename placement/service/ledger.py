@@ -1,0 +1,187 @@
+"""The cluster-wide SSD ledger: bytes on SSD per worker and in total, against the budget.
+
+Three amounts are kept per worker, in bytes:
+
+* ``used`` - bytes of the worker's live SSD files, as it last reported them (each
+  file counts its expected size until it grows past it);
+* ``reserved`` - bytes of files the service itself placed on SSD for the worker
+  (:meth:`ClusterLedger.reserve`, batched decisions) since its last report; they
+  count for one lease life at most (a worker's next report covers its files; a
+  requester that never reports, such as a client, holds nothing after that);
+* ``granted`` - the worker's current *lease*: bytes it may still place on SSD on its
+  own, until ``granted_until`` (scheduler clock, seconds).
+
+The service never lends more than is free: ``sum(used + reserved + live grants) <=
+capacity`` after every grant. A report replaces the worker's ``used`` and clears its
+``reserved`` (its files are in the report now): the ledger is reconciled on every
+report. A lease that expires stops counting; a worker that leaves (or dies) is removed
+with everything it held.
+
+Worked example (capacity 100, largest lease 30)::
+
+    grant(a, want=30)  -> 30    used a=0  granted a=30        free 70
+    grant(b, want=30)  -> 30    granted b=30                  free 40
+    report(a, used=25); grant(a, want=30) -> 30   a: 25+30    free 15
+    report(b, used=60)  (b's files grew past its lease)       free -45 (over budget)
+    grant(b, want=30)  -> 0     b: 60+0; free -15: nothing is lent until files are deleted
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from placement.service.errors import ServiceError
+
+
+@dataclass
+class WorkerShare:
+    """What one worker holds in the ledger (bytes; ``granted_until`` in scheduler seconds)."""
+
+    used: int = 0
+    reserved: int = 0
+    reserved_until: float = -math.inf
+    granted: int = 0
+    granted_until: float = -math.inf
+    reports: int = 0
+
+    def live_grant(self, now: float) -> int:
+        """The lease still in force at ``now`` (0 once expired)."""
+        return self.granted if now < self.granted_until else 0
+
+    def live_reserved(self, now: float | None) -> int:
+        """Reservations still counted at ``now`` (all of them when ``now`` is ``None``)."""
+        return self.reserved if now is None or now < self.reserved_until else 0
+
+
+def _nbytes(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ServiceError(f"{name}={value!r} must be a non-negative int number of bytes")
+    return value
+
+
+class ClusterLedger:
+    """SSD bytes per worker against a cluster-wide capacity (see the module docstring).
+
+    Parameters
+    ----------
+    capacity_bytes : int
+        The SSD budget, in bytes.
+    """
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity = _nbytes("capacity_bytes", capacity_bytes)
+        self._shares: dict[str, WorkerShare] = {}
+
+    def _share(self, worker: str) -> WorkerShare:
+        if not isinstance(worker, str) or not worker:
+            raise ServiceError(f"worker={worker!r} must be a non-empty address string")
+        share = self._shares.get(worker)
+        if share is None:
+            share = self._shares[worker] = WorkerShare()
+        return share
+
+    def report(self, worker: str, used_bytes: int) -> None:
+        """``worker`` holds ``used_bytes`` on SSD now: replaces its ``used``, clears ``reserved``."""
+        used = _nbytes("used_bytes", used_bytes)
+        share = self._share(worker)
+        share.used = used
+        share.reserved = 0
+        share.reserved_until = -math.inf
+        share.reports += 1
+
+    def grant(
+        self, worker: str, want_bytes: int, *, now: float, ttl_s: float, max_bytes: int
+    ) -> int:
+        """Lend ``worker`` up to ``want_bytes`` (at most ``max_bytes``) until ``now + ttl_s``.
+
+        Replaces the worker's previous lease. Returns the bytes lent (0 when the SSD
+        is fully committed).
+        """
+        want = _nbytes("want_bytes", want_bytes)
+        share = self._share(worker)
+        share.granted = 0
+        amount = max(0, min(want, int(max_bytes), self.free(now)))
+        share.granted = amount
+        share.granted_until = now + float(ttl_s)
+        return amount
+
+    def reserve(self, worker: str, size_bytes: int, *, now: float, ttl_s: float) -> bool:
+        """Reserve ``size_bytes`` for a file the service places on SSD for ``worker``, if free.
+
+        The reservation counts until ``worker`` reports or ``ttl_s`` seconds pass.
+        """
+        size = _nbytes("size_bytes", size_bytes)
+        if size > self.free(now):
+            return False
+        share = self._share(worker)
+        share.reserved = share.live_reserved(now) + size
+        share.reserved_until = now + float(ttl_s)
+        return True
+
+    def expire(self, now: float) -> None:
+        """Forget requesters that never reported and hold nothing at ``now``."""
+        for name, share in list(self._shares.items()):
+            if share.reports == 0 and not share.live_grant(now) and not share.live_reserved(now):
+                del self._shares[name]
+
+    def remove(self, worker: str) -> WorkerShare | None:
+        """Forget ``worker`` (it left the cluster or died); returns what it held."""
+        return self._shares.pop(worker, None)
+
+    # ------------------------------------------------------------------ totals
+    def used(self, now: float | None = None) -> int:
+        """Bytes on SSD (reported plus reserved) over all workers; ``now`` drops expired reservations."""
+        return sum(s.used + s.live_reserved(now) for s in self._shares.values())
+
+    def committed(self, now: float) -> int:
+        """Bytes used, reserved or lent (live leases) over all workers."""
+        return sum(s.used + s.live_reserved(now) + s.live_grant(now) for s in self._shares.values())
+
+    def free(self, now: float) -> int:
+        """Bytes neither used, reserved nor lent (negative when over budget)."""
+        return self.capacity - self.committed(now)
+
+    def occupancy(self, now: float | None = None) -> float:
+        """Used share of the capacity (1.0 for a zero capacity); may exceed 1."""
+        return self.used(now) / self.capacity if self.capacity else 1.0
+
+    def workers(self) -> list[str]:
+        return list(self._shares)
+
+    def __contains__(self, worker: object) -> bool:
+        return worker in self._shares
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._shares))
+
+    def __len__(self) -> int:
+        return len(self._shares)
+
+    def share(self, worker: str) -> WorkerShare | None:
+        """What ``worker`` holds, if it is known."""
+        return self._shares.get(worker)
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Totals and per-worker shares, JSON-ready (bytes)."""
+        workers = {}
+        for name, s in self._shares.items():
+            row = asdict(s)
+            row["granted"] = s.live_grant(now)
+            row["reserved"] = s.live_reserved(now)
+            row.pop("granted_until")
+            row.pop("reserved_until")
+            workers[name] = row
+        return {
+            "capacity_bytes": self.capacity,
+            "used_bytes": self.used(now),
+            "committed_bytes": self.committed(now),
+            "free_bytes": self.free(now),
+            "occupancy": self.occupancy(now),
+            "workers": workers,
+        }
+
+    def __repr__(self) -> str:
+        return f"<ClusterLedger {self.used()}/{self.capacity} SSD bytes, {len(self)} workers>"

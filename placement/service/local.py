@@ -1,0 +1,156 @@
+"""An embedded ``LocalCluster`` running the placement service (what ``dataplane serve`` starts).
+
+:func:`service_cluster` sets the same Dask config a real cluster would use - the
+``placement.dask`` preload for the scheduler and the workers
+(``distributed.scheduler.preload`` / ``distributed.worker.preload``) and the
+``placement.*`` keys - and starts a multi-process ``LocalCluster`` under it, so the
+embedded cluster exercises exactly the preload path of ``dask scheduler --preload
+placement.dask``. Worker processes restarted by their nanny get the same config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask
+from dask.utils import parse_bytes
+
+from placement.service.config import MODEL_KEY, SSD_CAPACITY_KEY, LinkConfig
+from placement.service.errors import ServiceConfigError
+from placement.storage.config import HDD_DIR_KEY, LOG_DIR_KEY, SSD_DIR_KEY
+
+PRELOAD = "placement.dask"
+SCHEDULER_PRELOAD_KEY = "distributed.scheduler.preload"
+WORKER_PRELOAD_KEY = "distributed.worker.preload"
+
+
+def tight_memory(target_fraction: float = 0.02) -> dict[str, Any]:
+    """Dask config for spill- and shuffle-heavy runs: P2P shuffles, small managed memory."""
+    if not 0 < target_fraction < 0.7:
+        raise ServiceConfigError(f"target_fraction={target_fraction!r} must be in (0, 0.7)")
+    return {
+        "dataframe.shuffle.method": "p2p",
+        "array.rechunk.method": "p2p",
+        "distributed.worker.memory.target": target_fraction,
+        "distributed.worker.memory.spill": 0.7,
+        "distributed.worker.memory.pause": 0.85,
+        "distributed.worker.memory.terminate": 0.98,
+        "distributed.scheduler.active-memory-manager.start": False,
+        "logging.distributed.shuffle": "error",
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions:
+    """An embedded cluster running the service (validated at construction).
+
+    Parameters
+    ----------
+    ssd_dir, hdd_dir : str
+        Tier directories shared by the workers.
+    ssd_capacity : int or str
+        Cluster-wide SSD budget (bytes, or ``"2GiB"``).
+    log_dir : str, optional
+        I/O log directory (and the history the model reads).
+    model : str, optional
+        Model directory (``dataplane placement train --out``).
+    n_workers, threads_per_worker : int
+        Worker processes and threads each.
+    memory_limit : str
+        Memory limit of each worker (``"1GiB"``).
+    local_directory : str, optional
+        Dask's scratch directory for the workers.
+    scheduler_port : int
+        Scheduler port (0: any free port).
+    dashboard_address : str, optional
+        Dashboard address (``":8787"``); ``None`` disables it.
+    link : LinkConfig, optional
+        Renewal settings (``placement.service.*`` keys).
+    config : mapping
+        More Dask config (e.g. :func:`tight_memory`); the keys above win.
+    """
+
+    ssd_dir: str
+    hdd_dir: str
+    ssd_capacity: int | str
+    log_dir: str | None = None
+    model: str | None = None
+    n_workers: int = 2
+    threads_per_worker: int = 1
+    memory_limit: str = "1GiB"
+    local_directory: str | None = None
+    scheduler_port: int = 0
+    dashboard_address: str | None = None
+    link: LinkConfig | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("n_workers", "threads_per_worker"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ServiceConfigError(f"{name}={value!r} must be a positive int")
+        if not isinstance(self.scheduler_port, int) or not 0 <= self.scheduler_port < 65536:
+            raise ServiceConfigError(
+                f"scheduler_port={self.scheduler_port!r} must be in [0, 65535]"
+            )
+        try:
+            capacity = (
+                parse_bytes(self.ssd_capacity)
+                if isinstance(self.ssd_capacity, str)
+                else self.ssd_capacity
+            )
+            parse_bytes(self.memory_limit)
+        except (ValueError, TypeError) as exc:
+            raise ServiceConfigError(
+                f"ssd_capacity={self.ssd_capacity!r} / memory_limit={self.memory_limit!r}: {exc}; "
+                "give sizes such as '2GiB'"
+            ) from None
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ServiceConfigError(f"ssd_capacity={self.ssd_capacity!r} must be >= 0 bytes")
+        if self.ssd_dir == self.hdd_dir:
+            raise ServiceConfigError(
+                f"ssd_dir and hdd_dir are both {self.ssd_dir!r}; give each tier its own directory"
+            )
+
+    def dask_config(self) -> dict[str, Any]:
+        """The Dask config the cluster runs under (preloads and ``placement.*`` keys)."""
+        out = dict(self.config)
+        for key in (SCHEDULER_PRELOAD_KEY, WORKER_PRELOAD_KEY):
+            current = list(out.get(key) or dask.config.get(key, default=None) or [])
+            out[key] = current if PRELOAD in current else [*current, PRELOAD]
+        out[SSD_DIR_KEY] = self.ssd_dir
+        out[HDD_DIR_KEY] = self.hdd_dir
+        out[SSD_CAPACITY_KEY] = self.ssd_capacity
+        out[LOG_DIR_KEY] = self.log_dir
+        out[MODEL_KEY] = self.model
+        if self.link is not None:
+            out["placement.service.sync-interval"] = self.link.sync_interval_s
+            out["placement.service.sync-timeout"] = self.link.sync_timeout_s
+            out["placement.service.unknown-size"] = self.link.unknown_size_bytes
+        return out
+
+
+@contextlib.contextmanager
+def service_cluster(options: ServeOptions, **cluster_kwargs: Any) -> Iterator[Any]:
+    """A multi-process ``LocalCluster`` running the placement service; closed on exit.
+
+    ``cluster_kwargs`` go to ``LocalCluster`` (e.g. ``security=``).
+    """
+    from distributed import LocalCluster
+
+    kwargs: dict[str, Any] = {
+        "n_workers": options.n_workers,
+        "threads_per_worker": options.threads_per_worker,
+        "processes": True,
+        "memory_limit": options.memory_limit,
+        "scheduler_port": options.scheduler_port,
+        "dashboard_address": options.dashboard_address,
+    }
+    if options.local_directory:
+        kwargs["local_directory"] = options.local_directory
+    kwargs.update(cluster_kwargs)
+    with dask.config.set(options.dask_config()), LocalCluster(**kwargs) as cluster:
+        yield cluster

@@ -1,0 +1,94 @@
+"""The scheduler plugin hosting the placement service (a thin shell over :class:`PlacementService`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from placement.service.config import ServiceConfig
+from placement.service.service import PlacementService
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_NAME = "placement-service"
+#: Scheduler handlers the plugin adds: message op -> method name.
+HANDLERS = {
+    "placement_sync": "handle_sync",
+    "placement_decide": "handle_decide",
+    "placement_state": "handle_state",
+    "placement_reload_model": "handle_reload_model",
+}
+
+
+class PlacementSchedulerPlugin(SchedulerPlugin):
+    """Hosts a :class:`PlacementService` on the scheduler and answers workers and clients.
+
+    Lifecycle: ``start(scheduler)`` adds the handlers of :data:`HANDLERS` to
+    ``scheduler.handlers`` (so they travel over Dask's own comms, TLS included when the
+    cluster has a ``Security``); ``remove_worker`` drops a departed worker's share of
+    the SSD ledger; ``close()`` removes the handlers. Added by the ``placement.dask``
+    preload (``dask scheduler --preload placement.dask``) or with
+    ``client.register_plugin(PlacementSchedulerPlugin(...))``.
+
+    Parameters
+    ----------
+    service : PlacementService, optional
+        The service to host; by default one built from Dask's config
+        (:meth:`ServiceConfig.from_dask_config`) when the plugin starts.
+    """
+
+    name = PLUGIN_NAME
+
+    def __init__(self, service: PlacementService | None = None) -> None:
+        if service is not None and not isinstance(service, PlacementService):
+            raise TypeError(f"service must be a PlacementService, got {type(service).__name__}")
+        self.service = service
+        self.scheduler: Any = None
+
+    async def start(self, scheduler: Any) -> None:
+        if self.service is None:
+            self.service = PlacementService(ServiceConfig.from_dask_config())
+        self.scheduler = scheduler
+        for op, method in HANDLERS.items():
+            scheduler.handlers[op] = getattr(self, method)
+        logger.info("placement service started: %r", self.service)
+
+    async def close(self) -> None:
+        if self.scheduler is not None:
+            for op, method in HANDLERS.items():
+                if self.scheduler.handlers.get(op) == getattr(self, method):
+                    del self.scheduler.handlers[op]
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        if self.service is not None:
+            self.service.remove_worker(worker)
+
+    def _service(self) -> PlacementService:
+        if self.service is None:
+            raise RuntimeError("the placement scheduler plugin has not started")
+        return self.service
+
+    # ------------------------------------------------------------------ handlers
+    async def handle_sync(self, **message: Any) -> dict[str, Any]:
+        """``placement_sync``: a worker's report; answers its new lease."""
+        return self._service().sync(**message)
+
+    async def handle_decide(
+        self, worker: str, requests: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """``placement_decide``: a batch of decision requests."""
+        return self._service().decide(worker=worker, requests=requests)
+
+    async def handle_state(self) -> dict[str, Any]:
+        """``placement_state``: ledger, threshold, model and worker records."""
+        return self._service().state()
+
+    async def handle_reload_model(self, path: str | None = None) -> dict[str, Any]:
+        """``placement_reload_model``: load a new model without a restart (in a thread)."""
+        return await asyncio.to_thread(self._service().reload_model, path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"service": self.service, "scheduler": None}

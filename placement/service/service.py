@@ -1,0 +1,399 @@
+"""The scheduler side of the placement service: model, threshold policy and SSD ledger.
+
+:class:`PlacementService` is the plain class behind
+:class:`~placement.service.scheduler_plugin.PlacementSchedulerPlugin`; it needs no
+cluster and is tested directly. It answers three requests:
+
+:meth:`~PlacementService.sync` (every worker, every ~250 ms)
+    The worker reports the bytes its live SSD files hold, the predictions of the files
+    it placed, and its counters. The service records the report, reconciles the
+    ledger (:class:`~placement.service.ledger.ClusterLedger`), feeds the predictions to
+    the cluster-wide adaptive threshold
+    (:class:`~placement.policy.AdaptiveThresholdPolicy`, at the ledger's occupancy) and
+    answers with a lease: an SSD allowance, the threshold, the lease's life, and the
+    model when the worker's is older. Workers then decide locally
+    (:class:`~placement.service.lease.LeasedChooser`), so no file creation waits on the
+    scheduler.
+:meth:`~PlacementService.decide` (batched decision requests)
+    The service itself decides a batch of files (for producers that are not behind a
+    lease, and to measure decisions through the scheduler): one model call per
+    pipeline, the same threshold, bytes reserved in the ledger until the worker's next
+    report (one lease life at most). Requests that are malformed, or whose ``name`` would escape a tier
+    directory (``..``, absolute paths), are refused one by one.
+:meth:`~PlacementService.reload_model`
+    Loads a newly trained model (``dataplane placement train`` over the service's own
+    logs) and the history statistics from the log directory, without a restart;
+    workers pick it up at their next renewal.
+
+What happens on failure: a malformed report raises
+:class:`~placement.service.errors.ServiceError` (the worker treats it as an unreachable
+service and falls back to HDD); a model that cannot be loaded raises
+:class:`~placement.errors.ModelError` and the current model stays in use; unreadable
+log files are skipped when reading history.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from placement.errors import PlacementError
+from placement.features import HistorySnapshot, HistoryStore
+from placement.logwriter import read_logs
+from placement.model import ModelSet
+from placement.policy import AdaptiveThresholdPolicy
+from placement.service.config import ServiceConfig
+from placement.service.errors import ServiceError
+from placement.service.ledger import ClusterLedger
+from placement.service.predictor import Predictor
+from placement.storage.errors import UnsafePathError
+from placement.storage.paths import check_name
+from placement.storage.request import FileRequest
+from placement.tier import Tier
+
+logger = logging.getLogger(__name__)
+
+#: Most predictions one report may carry, and most requests one batch may hold.
+MAX_OBSERVATIONS = 10_000
+MAX_BATCH = 10_000
+_MAX_COUNTERS = 64
+#: Size assumed by batched decisions for a file of unknown size, in bytes.
+UNKNOWN_SIZE_BYTES = 4 * 2**20
+
+
+@dataclass
+class WorkerRecord:
+    """What the service knows about one worker from its reports."""
+
+    first_seen: float
+    last_seen: float
+    syncs: int = 0
+    model_version: int = 0
+    predictions: int = 0
+    service_decisions: dict[str, int] = field(default_factory=lambda: {"ssd": 0, "hdd": 0})
+    counters: dict[str, float] = field(default_factory=dict)
+
+
+def _predictions(observations: Any) -> list[tuple[float, int]]:
+    if observations is None:
+        return []
+    if not isinstance(observations, (list, tuple)) or len(observations) > MAX_OBSERVATIONS:
+        raise ServiceError(
+            f"observations must be a list of at most {MAX_OBSERVATIONS} [log_density, size] pairs"
+        )
+    out = []
+    for item in observations:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise ServiceError(f"observation {item!r} is not a [log_density, size_bytes] pair")
+        pred, size = item
+        if isinstance(pred, bool) or not isinstance(pred, (int, float)):
+            raise ServiceError(f"observation {item!r}: the prediction must be a number")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ServiceError(f"observation {item!r}: the size must be an int >= 0 bytes")
+        if math.isfinite(pred):
+            out.append((float(pred), size))
+    return out
+
+
+def _counters(counters: Any) -> dict[str, float]:
+    if counters is None:
+        return {}
+    if not isinstance(counters, Mapping) or len(counters) > _MAX_COUNTERS:
+        raise ServiceError(
+            f"counters must be a mapping of at most {_MAX_COUNTERS} names to numbers"
+        )
+    out: dict[str, float] = {}
+    for name, value in counters.items():
+        if (
+            not isinstance(name, str)
+            or isinstance(value, bool)
+            or not isinstance(value, (int, float))
+        ):
+            raise ServiceError(f"counter {name!r}={value!r} must be a name and a number")
+        out[name] = value
+    return out
+
+
+class PlacementService:
+    """Model, adaptive threshold and SSD ledger of a cluster (see the module docstring).
+
+    Parameters
+    ----------
+    config : ServiceConfig
+        Budget, model path, log directory, lease settings.
+    predictor : Predictor, optional
+        Start with this predictor instead of loading ``config.model_path``.
+    clock : callable
+        Monotonic clock, in seconds (lease lives).
+    wall_clock : callable
+        Wall clock, in seconds since the epoch (report times).
+
+    Raises
+    ------
+    ModelError
+        If ``config.model_path`` is set and cannot be loaded (the message names the fix).
+    """
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        *,
+        predictor: Predictor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not isinstance(config, ServiceConfig):
+            raise TypeError(f"config must be a ServiceConfig, got {type(config).__name__}")
+        self.config = config
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.ledger = ClusterLedger(config.ssd_capacity_bytes)
+        self.policy = AdaptiveThresholdPolicy(
+            config.ssd_capacity_bytes, window=config.window, exponent=config.exponent
+        )
+        self._lock = threading.Lock()
+        self.records: dict[str, WorkerRecord] = {}
+        self.departed = 0
+        self.reloads = 0
+        if predictor is None:
+            predictor = (
+                self._build(config.model_path, version=1) if config.model_path else Predictor()
+            )
+        self._predictor = predictor
+        self._payload = predictor.to_bytes() if predictor.version else None
+
+    # ------------------------------------------------------------------ model
+    @property
+    def predictor(self) -> Predictor:
+        with self._lock:
+            return self._predictor
+
+    def read_history(self) -> HistorySnapshot | None:
+        """History statistics of the runs logged in ``config.log_dir`` (``None`` if none)."""
+        log_dir = self.config.log_dir
+        if not log_dir or not Path(log_dir).is_dir():
+            return None
+        try:
+            logs = read_logs(log_dir)
+        except (OSError, PlacementError) as exc:
+            logger.warning("cannot read placement history from %s: %s", log_dir, exc)
+            return None
+        for path, reason in logs.bad_files[:5]:
+            logger.warning("skipped placement log file %s: %s", path, reason)
+        if logs.table.num_rows == 0:
+            return None
+        return HistoryStore.from_table(logs.table).snapshot()
+
+    def _build(self, path: str, *, version: int) -> Predictor:
+        models = ModelSet.load(path)
+        return Predictor(models, self.read_history(), version=version, source=str(path))
+
+    def reload_model(self, path: str | None = None) -> dict[str, Any]:
+        """Load the model at ``path`` (default ``config.model_path``) and fresh history.
+
+        Blocking (reads files): the plugin runs it in a thread. Workers receive the new
+        model at their next renewal.
+
+        Raises
+        ------
+        ServiceError
+            If no path is given and none is configured.
+        ModelError
+            If the model cannot be loaded; the current model stays in use.
+        """
+        path = path if path is not None else self.config.model_path
+        if not isinstance(path, str) or not path:
+            raise ServiceError(
+                "no model to load: pass the directory written by `dataplane placement train "
+                "--out DIR`, or set placement.model"
+            )
+        with self._lock:
+            version = self._predictor.version + 1
+        predictor = self._build(path, version=version)
+        payload = predictor.to_bytes()
+        with self._lock:
+            if self._predictor.version >= version:  # a concurrent reload won
+                version = self._predictor.version + 1
+                predictor.version = version
+                payload = predictor.to_bytes()
+            self._predictor, self._payload = predictor, payload
+            self.reloads += 1
+        logger.info("placement model version %d loaded from %s", version, path)
+        return {**predictor.describe(), "payload_bytes": len(payload)}
+
+    # ------------------------------------------------------------------ renewals
+    def _record(self, worker: str) -> WorkerRecord:
+        rec = self.records.get(worker)
+        if rec is None:
+            now = self.wall_clock()
+            rec = self.records[worker] = WorkerRecord(first_seen=now, last_seen=now)
+        return rec
+
+    def threshold(self) -> float:
+        """The admission threshold now (log10 density), at the ledger's occupancy."""
+        return self.policy.threshold(occupancy=self.ledger.occupancy(self.clock()))
+
+    def sync(
+        self,
+        *,
+        worker: str,
+        used_bytes: int,
+        observations: Sequence[Sequence[float]] | None = None,
+        model_version: int = 0,
+        counters: Mapping[str, float] | None = None,
+        want_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """Record a worker's report and answer with its new lease (see the module docstring).
+
+        Returns
+        -------
+        dict
+            ``allowance`` (bytes), ``threshold`` (log10 density), ``ttl`` (seconds),
+            ``model_version`` and ``predictor`` (pickled bytes when the worker's model is
+            older, else ``None``).
+
+        Raises
+        ------
+        ServiceError
+            If the report is malformed (nothing is recorded then).
+        """
+        if not isinstance(worker, str) or not worker:
+            raise ServiceError(f"worker={worker!r} must be the worker's address")
+        preds = _predictions(observations)
+        values = _counters(counters)
+        if isinstance(model_version, bool) or not isinstance(model_version, int):
+            raise ServiceError(f"model_version={model_version!r} must be an int")
+        if want_bytes is None:
+            want_bytes = 0
+        if isinstance(want_bytes, bool) or not isinstance(want_bytes, int) or want_bytes < 0:
+            raise ServiceError(f"want_bytes={want_bytes!r} must be None or an int >= 0 bytes")
+        self.ledger.report(worker, used_bytes)
+        self.ledger.expire(self.clock())
+        cap = max(self.config.max_lease_bytes(len(self.ledger)), want_bytes)
+        for pred, size in preds:
+            self.policy.observe(pred, size)
+        now = self.clock()
+        allowance = self.ledger.grant(
+            worker, cap, now=now, ttl_s=self.config.lease_ttl_s, max_bytes=cap
+        )
+        rec = self._record(worker)
+        rec.last_seen = self.wall_clock()
+        rec.syncs += 1
+        rec.model_version = model_version
+        rec.predictions += len(preds)
+        rec.counters = values
+        with self._lock:
+            version, payload = self._predictor.version, self._payload
+        return {
+            "allowance": allowance,
+            "threshold": self.threshold(),
+            "ttl": self.config.lease_ttl_s,
+            "model_version": version,
+            "predictor": payload if model_version != version else None,
+        }
+
+    # ------------------------------------------------------------------ batched decisions
+    def decide(self, *, worker: str, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Decide a batch of new files on the scheduler.
+
+        Each request holds a file's creation-time facts by log-schema column name
+        (``file_kind``, ``created_at``, ``pipeline``, ``stage``, ``expected_size_bytes``...)
+        and optionally its relative ``name``. Returns one answer per request, in order:
+        ``{"tier": "ssd" | "hdd", "log_density": float}`` or ``{"error": reason}`` for a
+        refused request (bad facts, unsafe name). SSD bytes are reserved for ``worker``
+        until its next report, for one lease life at most.
+        """
+        if not isinstance(worker, str) or not worker:
+            raise ServiceError(f"worker={worker!r} must be the requester's address")
+        if not isinstance(requests, (list, tuple)) or len(requests) > MAX_BATCH:
+            raise ServiceError(f"requests must be a list of at most {MAX_BATCH} mappings")
+        answers: list[dict[str, Any]] = [{} for _ in requests]
+        valid: list[tuple[int, FileRequest, int]] = []
+        for i, raw in enumerate(requests):
+            try:
+                if not isinstance(raw, Mapping):
+                    raise TypeError(f"request {raw!r} is not a mapping of facts")
+                facts = dict(raw)
+                name = facts.pop("name", None)
+                if name is not None:
+                    check_name(name)
+                request = FileRequest(**facts)
+            except UnsafePathError as exc:
+                answers[i] = {"error": f"refused: {exc}"}
+                continue
+            except (TypeError, ValueError) as exc:
+                answers[i] = {"error": f"bad request: {exc}"}
+                continue
+            size = request.expected_size_bytes
+            valid.append((i, request, int(size) if size is not None else UNKNOWN_SIZE_BYTES))
+        if valid:
+            preds = self.predictor.predict_many([r for _, r, _ in valid], [s for _, _, s in valid])
+            threshold = self.threshold()
+            now = self.clock()
+            self.ledger.expire(now)
+            rec = self._record(worker)
+            for (i, _, size), pred in zip(valid, preds, strict=True):
+                pred = float(pred)
+                tier = Tier.HDD
+                if (
+                    math.isfinite(pred)
+                    and pred >= threshold
+                    and self.ledger.reserve(worker, size, now=now, ttl_s=self.config.lease_ttl_s)
+                ):
+                    tier = Tier.SSD
+                self.policy.observe(pred, size)
+                rec.service_decisions[tier.value] += 1
+                answers[i] = {"tier": tier.value, "log_density": pred}
+        return answers
+
+    # ------------------------------------------------------------------ membership
+    def remove_worker(self, worker: str) -> None:
+        """``worker`` left the cluster (or died): drop its share of the ledger."""
+        share = self.ledger.remove(worker)
+        if self.records.pop(worker, None) is not None or share is not None:
+            self.departed += 1
+            logger.info(
+                "placement ledger: worker %s left, %d SSD bytes released",
+                worker,
+                (share.used + share.reserved) if share else 0,
+            )
+
+    def state(self) -> dict[str, Any]:
+        """Ledger, threshold, model and per-worker records, JSON-ready."""
+        now = self.clock()
+        threshold = self.threshold()
+        return {
+            "ledger": self.ledger.snapshot(now),
+            "threshold": threshold if math.isfinite(threshold) else str(threshold),
+            "model": self.predictor.describe(),
+            "reloads": self.reloads,
+            "departed_workers": self.departed,
+            "config": {
+                "ssd_capacity_bytes": self.config.ssd_capacity_bytes,
+                "model_path": self.config.model_path,
+                "log_dir": self.config.log_dir,
+                "lease_ttl_s": self.config.lease_ttl_s,
+                "max_lease_bytes": self.config.max_lease_bytes(len(self.ledger)),
+            },
+            "workers": {
+                name: {
+                    "first_seen": rec.first_seen,
+                    "last_seen": rec.last_seen,
+                    "syncs": rec.syncs,
+                    "model_version": rec.model_version,
+                    "predictions": rec.predictions,
+                    "service_decisions": dict(rec.service_decisions),
+                    **rec.counters,
+                }
+                for name, rec in self.records.items()
+            },
+        }
+
+    def __repr__(self) -> str:
+        return f"<PlacementService {self.ledger!r} model v{self.predictor.version}>"

@@ -1,0 +1,502 @@
+"""The placement service's plain classes, without a cluster: config, ledger, predictor,
+scheduler-side service, worker-side leased chooser and its link (with a stand-in RPC)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from pathlib import Path
+
+import dask
+import numpy as np
+import pytest
+
+from placement.errors import ModelError
+from placement.features import HistoryStore, features_from_request
+from placement.model import ModelParams, ModelSet
+from placement.service import (
+    ClusterLedger,
+    LeasedChooser,
+    LinkConfig,
+    PlacementSchedulerPlugin,
+    PlacementService,
+    Predictor,
+    ServiceConfig,
+    ServiceConfigError,
+    ServiceError,
+    ServiceLink,
+)
+from placement.storage import FileRequest, FixedTier, TieredFileStore
+from placement.tier import Tier
+from tests.placement.logtables import make_log
+
+MiB = 2**20
+
+
+class Clock:
+    """A hand-driven monotonic clock (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request(size: int | None = MiB, kind: str = "spill", pipeline: str = "pipe0") -> FileRequest:
+    return FileRequest(
+        file_kind=kind,
+        created_at=time.time(),
+        pipeline=pipeline,
+        stage="shuffle-p2p",
+        expected_size_bytes=size,
+    )
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    table = make_log(seed=3)
+    models = ModelSet.fit(
+        table, per_workload=False, params=ModelParams(n_estimators=20, num_threads=1)
+    )
+    return models.save(tmp_path_factory.mktemp("model") / "m")
+
+
+# ---------------------------------------------------------------------- configuration
+def test_config_requires_a_budget_and_names_the_key() -> None:
+    with (
+        dask.config.set({"placement.ssd-capacity": None}),
+        pytest.raises(ServiceConfigError, match="placement.ssd-capacity is not set.*20GiB"),
+    ):
+        ServiceConfig.from_dask_config()
+    with (
+        dask.config.set({"placement.ssd-capacity": "lots"}),
+        pytest.raises(ServiceConfigError, match="'lots' is not a size"),
+    ):
+        ServiceConfig.from_dask_config()
+
+
+def test_config_reads_dask_keys(tmp_path: Path) -> None:
+    settings = {
+        "placement.ssd-capacity": "2GiB",
+        "placement.model": str(tmp_path / "m"),
+        "placement.log-dir": str(tmp_path / "logs"),
+        "placement.service.lease-ttl": "250ms",
+        "placement.service.lease-fraction": 0.5,
+        "placement.service.sync-interval": "20ms",
+        "placement.service.unknown-size": "1MiB",
+    }
+    with dask.config.set(settings):
+        config = ServiceConfig.from_dask_config()
+        link = LinkConfig.from_dask_config()
+    assert config.ssd_capacity_bytes == 2 * 2**30 and config.lease_ttl_s == 0.25
+    assert config.model_path == str(tmp_path / "m") and config.log_dir == str(tmp_path / "logs")
+    assert config.max_lease_bytes(4) == 2**30
+    assert link.sync_interval_s == 0.02 and link.unknown_size_bytes == MiB
+    # default lease: 1 / (2 n) of the budget
+    assert ServiceConfig(ssd_capacity_bytes=800).max_lease_bytes(4) == 100
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"ssd_capacity_bytes": -1}, "not a size"),
+        ({"ssd_capacity_bytes": 10, "lease_ttl_s": 0}, "positive duration"),
+        ({"ssd_capacity_bytes": 10, "lease_fraction": 1.5}, r"must be in \(0, 1\]"),
+    ],
+)
+def test_config_rejects_bad_values(kwargs: dict, match: str) -> None:
+    with pytest.raises(ServiceConfigError, match=match):
+        ServiceConfig(**kwargs)
+
+
+def test_link_config_rejects_bad_values() -> None:
+    with pytest.raises(ServiceConfigError, match="sync-timeout"):
+        LinkConfig(sync_timeout_s=-1)
+    with pytest.raises(ServiceConfigError, match="unknown-size"):
+        LinkConfig(unknown_size_bytes=-5)
+
+
+# ---------------------------------------------------------------------- ledger
+def test_ledger_never_lends_more_than_is_free_and_reconciles_on_reports() -> None:
+    ledger = ClusterLedger(100)
+    assert ledger.grant("a", 30, now=0, ttl_s=5, max_bytes=30) == 30
+    assert ledger.grant("b", 90, now=0, ttl_s=5, max_bytes=90) == 70  # only 70 free
+    assert ledger.free(0) == 0 and ledger.grant("c", 10, now=0, ttl_s=5, max_bytes=10) == 0
+    ledger.report("a", 25)  # a placed 25 bytes; its new lease replaces the old one
+    assert ledger.grant("a", 30, now=1, ttl_s=5, max_bytes=30) == 5
+    assert ledger.used() == 25 and ledger.committed(1) == 100
+    # leases expire: b's 70 bytes are free again after its ttl (a's lease runs to t=6)
+    assert ledger.committed(5.5) == 25 + 5 and ledger.free(5.5) == 70
+    assert ledger.free(6) == 75
+    # a worker whose files outgrew its lease puts the cluster over budget: nothing is lent
+    ledger.report("b", 80)
+    assert ledger.grant("b", 30, now=7, ttl_s=5, max_bytes=30) == 0
+    assert ledger.free(7) < 0 and ledger.occupancy(7) > 1.0
+    # a worker that leaves takes its bytes with it
+    share = ledger.remove("b")
+    assert share is not None and share.used == 80 and "b" not in ledger
+    assert ledger.used() == 25
+
+
+def test_ledger_reserves_for_service_decisions_until_the_next_report() -> None:
+    ledger = ClusterLedger(10)
+    assert ledger.reserve("w", 6, now=0, ttl_s=5) and not ledger.reserve("w", 6, now=0, ttl_s=5)
+    assert ledger.used() == 6
+    ledger.report("w", 6)  # the file is in the worker's report now: counted once
+    assert ledger.used() == 6 and ledger.share("w").reserved == 0
+    # a requester that never reports holds its reservation for one lease life only
+    assert ledger.reserve("client", 4, now=0, ttl_s=5) and ledger.free(1) == 0
+    ledger.expire(1)
+    assert "client" in ledger
+    assert ledger.free(5) == 4 and ledger.used(5) == 6
+    ledger.expire(5)
+    assert "client" not in ledger and "w" in ledger
+    with pytest.raises(ServiceError, match="non-negative int"):
+        ledger.report("w", -1)
+    with pytest.raises(ServiceError, match="address"):
+        ledger.report("", 1)
+
+
+# ---------------------------------------------------------------------- predictor
+def test_predictor_without_a_model_ranks_smaller_files_denser() -> None:
+    p = Predictor()
+    assert p.kind == "size-heuristic" and p.version == 0
+    assert p.predict(request(), 1000) > p.predict(request(), 10_000) == pytest.approx(-4.0)
+    np.testing.assert_allclose(p.predict_many([request(), request()], [10, 100]), [-1.0, -2.0])
+
+
+def test_predictor_with_a_model_matches_the_model_and_round_trips(model_dir: Path) -> None:
+    models = ModelSet.load(model_dir)
+    history = HistoryStore.from_table(make_log(seed=3))
+    p = Predictor(models, history.snapshot(), version=3, source=str(model_dir))
+    req = request()
+    expected = models.global_model.predict_one(features_from_request(req, history))
+    assert p.predict(req, MiB) == pytest.approx(expected)
+    assert p.predict_many([req], [MiB])[0] == pytest.approx(expected)
+    back = Predictor.from_bytes(p.to_bytes())
+    assert back.version == 3 and back.predict(req, MiB) == pytest.approx(expected)
+    assert p.describe()["trees"] == 20 and p.describe()["history_runs"] == 16
+    with pytest.raises(ModelError, match="unreadable model payload"):
+        Predictor.from_bytes(b"not a pickle")
+
+
+# ---------------------------------------------------------------------- scheduler-side service
+def test_sync_lends_a_lease_and_records_the_report() -> None:
+    clock = Clock()
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB), clock=clock)
+    reply = service.sync(
+        worker="w1", used_bytes=0, observations=[[-5.0, MiB]], counters={"decisions_ssd": 3}
+    )
+    assert reply["allowance"] == 50 * MiB  # one worker: half the budget
+    assert reply["threshold"] == -math.inf  # an empty SSD admits anything that fits
+    assert reply["ttl"] == 5.0 and reply["model_version"] == 0 and reply["predictor"] is None
+    state = service.state()
+    assert (
+        state["workers"]["w1"]["decisions_ssd"] == 3 and state["workers"]["w1"]["predictions"] == 1
+    )
+    assert state["ledger"]["committed_bytes"] == 50 * MiB
+
+
+def test_threshold_rises_as_the_ssd_fills() -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB))
+    preds = [[float(x), MiB] for x in np.linspace(-9, -3, 64)]
+    service.sync(worker="w", used_bytes=0, observations=preds)
+    assert service.threshold() == -math.inf
+    service.sync(worker="w", used_bytes=75 * MiB)  # 75% full: only the densest half of bytes
+    assert service.threshold() == pytest.approx(-6.0, abs=0.2)
+    service.sync(worker="w", used_bytes=100 * MiB)
+    assert service.threshold() == math.inf
+
+
+@pytest.mark.parametrize(
+    ("message", "match"),
+    [
+        ({"worker": "", "used_bytes": 0}, "address"),
+        ({"worker": "w", "used_bytes": -3}, "non-negative"),
+        ({"worker": "w", "used_bytes": 0, "observations": [[1.0]]}, "pair"),
+        ({"worker": "w", "used_bytes": 0, "observations": [["x", 1]]}, "number"),
+        ({"worker": "w", "used_bytes": 0, "counters": {"a": "b"}}, "number"),
+        ({"worker": "w", "used_bytes": 0, "want_bytes": -1}, "want_bytes"),
+    ],
+)
+def test_malformed_reports_are_refused_and_not_recorded(message: dict, match: str) -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB))
+    with pytest.raises(ServiceError, match=match):
+        service.sync(**message)
+    assert service.records == {} and len(service.ledger) == 0
+
+
+def test_a_worker_asks_for_a_lease_big_enough_for_a_dense_file() -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB, lease_fraction=0.1))
+    assert service.sync(worker="w", used_bytes=0)["allowance"] == 10 * MiB
+    assert service.sync(worker="w", used_bytes=0, want_bytes=40 * MiB)["allowance"] == 40 * MiB
+    assert (
+        service.sync(worker="w", used_bytes=90 * MiB, want_bytes=40 * MiB)["allowance"] == 10 * MiB
+    )
+
+
+def test_departed_workers_release_their_share() -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB))
+    service.sync(worker="w1", used_bytes=30 * MiB)
+    service.sync(worker="w2", used_bytes=10 * MiB)
+    service.remove_worker("w1")
+    state = service.state()
+    assert set(state["ledger"]["workers"]) == {"w2"} and state["ledger"]["used_bytes"] == 10 * MiB
+    assert state["departed_workers"] == 1 and set(state["workers"]) == {"w2"}
+
+
+def test_reload_model_without_restart_ships_it_once(model_dir: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    import pyarrow.parquet as pq
+
+    pq.write_table(make_log(seed=4), logs / "part-000001.parquet")
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB, log_dir=str(logs)))
+    assert service.predictor.kind == "size-heuristic"
+    info = service.reload_model(str(model_dir))
+    assert info["version"] == 1 and info["kind"] == "lightgbm" and info["history_runs"] == 16
+    reply = service.sync(worker="w", used_bytes=0, model_version=0)
+    assert Predictor.from_bytes(reply["predictor"]).version == 1
+    assert service.sync(worker="w", used_bytes=0, model_version=1)["predictor"] is None
+    # a bad model leaves the current one in place
+    with pytest.raises(ModelError, match="no model directory"):
+        service.reload_model(str(tmp_path / "missing"))
+    assert service.predictor.version == 1
+    with pytest.raises(ServiceError, match="placement.model"):
+        PlacementService(ServiceConfig(ssd_capacity_bytes=1)).reload_model()
+
+
+def test_a_bad_configured_model_stops_the_service_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="dataplane placement train"):
+        PlacementService(ServiceConfig(ssd_capacity_bytes=1, model_path=str(tmp_path / "none")))
+
+
+def test_batched_decisions_refuse_unsafe_names_and_bad_facts() -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=3 * MiB))
+    good = {"file_kind": "shuffle", "created_at": time.time(), "expected_size_bytes": 2 * MiB}
+    answers = service.decide(
+        worker="w",
+        requests=[
+            {**good, "name": "shuffle-1/part-0"},
+            {**good, "name": "../../etc/passwd"},
+            {**good, "name": "/tmp/abs"},
+            {**good, "file_kind": "mystery"},
+            {**good, "bogus": 1},
+            good,  # no room left for a second 2 MiB file
+        ],
+    )
+    assert answers[0]["tier"] == "ssd" and math.isfinite(answers[0]["log_density"])
+    assert answers[1]["error"].startswith("refused") and ".." in answers[1]["error"]
+    assert answers[2]["error"].startswith("refused") and "absolute" in answers[2]["error"]
+    assert answers[3]["error"].startswith("bad request") and "file_kind" in answers[3]["error"]
+    assert answers[4]["error"].startswith("bad request")
+    assert answers[5]["tier"] == "hdd"
+    assert service.ledger.used() == 2 * MiB
+    assert service.state()["workers"]["w"]["service_decisions"] == {"ssd": 1, "hdd": 1}
+
+
+def test_scheduler_plugin_without_a_budget_refuses_to_start() -> None:
+    class FakeScheduler:
+        def __init__(self) -> None:
+            self.handlers: dict = {}
+
+    with (
+        dask.config.set({"placement.ssd-capacity": None}),
+        pytest.raises(ServiceConfigError, match="placement.ssd-capacity"),
+    ):
+        asyncio.run(PlacementSchedulerPlugin().start(FakeScheduler()))
+
+
+def test_scheduler_plugin_adds_and_removes_its_handlers() -> None:
+    class FakeScheduler:
+        def __init__(self) -> None:
+            self.handlers: dict = {}
+
+    scheduler = FakeScheduler()
+    plugin = PlacementSchedulerPlugin(PlacementService(ServiceConfig(ssd_capacity_bytes=MiB)))
+
+    async def main() -> dict:
+        await plugin.start(scheduler)
+        reply = await scheduler.handlers["placement_sync"](worker="w", used_bytes=0)
+        state = await scheduler.handlers["placement_state"]()
+        plugin.remove_worker(scheduler, "w")
+        await plugin.close()
+        return {"reply": reply, "state": state}
+
+    out = asyncio.run(main())
+    assert out["reply"]["allowance"] == MiB // 2 and "w" in out["state"]["workers"]
+    assert scheduler.handlers == {} and len(plugin.service.ledger) == 0
+
+
+# ---------------------------------------------------------------------- worker-side chooser
+def test_without_a_lease_every_file_takes_the_fallback() -> None:
+    chooser = LeasedChooser(fallback=FixedTier(Tier.HDD))
+    assert chooser.choose(request()) is Tier.HDD
+    assert chooser.stats()["decisions"] == {"ssd": 0, "hdd": 1, "fallback": 1, "errors": 0}
+
+
+def test_lease_admits_dense_files_that_fit_then_expires() -> None:
+    clock = Clock()
+    chooser = LeasedChooser(clock=clock)
+    ticket = chooser.begin_sync()
+    chooser.accept(ticket, allowance_bytes=3 * MiB, threshold=-6.5, ttl_s=5, model_version=0)
+    assert chooser.choose(request(MiB)) is Tier.SSD  # -log10(1 MiB) = -6.02 >= -6.5
+    assert chooser.choose(request(10 * MiB)) is Tier.HDD  # -7.0: not dense enough
+    assert chooser.choose(request(MiB)) is Tier.SSD
+    assert chooser.choose(request(2 * MiB)) is Tier.HDD  # dense enough, but 4 MiB > 3 MiB lent
+    clock.now += 5.0
+    assert not chooser.has_valid_lease()
+    assert chooser.choose(request(1)) is Tier.HDD  # expired: fallback
+    stats = chooser.stats()
+    assert stats["decisions"] == {"ssd": 2, "hdd": 3, "fallback": 1, "errors": 0}
+    assert stats["spent_bytes"] == 2 * MiB and stats["latency_us"]["n"] == 5
+    assert chooser.begin_sync().shortfall_bytes == 2 * MiB
+
+
+def test_bytes_placed_during_a_renewal_count_against_the_new_lease() -> None:
+    chooser = LeasedChooser(clock=Clock())
+    chooser.accept(
+        chooser.begin_sync(), allowance_bytes=4 * MiB, threshold=-math.inf, ttl_s=5, model_version=0
+    )
+    assert chooser.choose(request(MiB)) is Tier.SSD
+    ticket = chooser.begin_sync()  # the report covers the first 1 MiB
+    assert chooser.choose(request(MiB)) is Tier.SSD  # placed while the renewal is in flight
+    chooser.accept(ticket, allowance_bytes=MiB, threshold=-math.inf, ttl_s=5, model_version=0)
+    assert chooser.stats()["spent_bytes"] == MiB
+    assert chooser.choose(request(MiB)) is Tier.HDD  # the new 1 MiB lease is already spent
+
+
+def test_half_a_spent_lease_asks_for_an_early_renewal_once() -> None:
+    calls = []
+    chooser = LeasedChooser(clock=Clock(), on_low=lambda: calls.append(1))
+    chooser.accept(
+        chooser.begin_sync(), allowance_bytes=4 * MiB, threshold=-math.inf, ttl_s=5, model_version=0
+    )
+    chooser.choose(request(MiB))
+    assert calls == []
+    chooser.choose(request(MiB))
+    chooser.choose(request(MiB))
+    assert calls == [1]
+
+
+def test_a_failing_predictor_never_fails_the_decision() -> None:
+    class Broken(Predictor):
+        def predict(self, request: FileRequest, size_bytes: int) -> float:
+            raise RuntimeError("model exploded")
+
+    chooser = LeasedChooser(clock=Clock(), fallback=FixedTier(Tier.SSD))
+    chooser.install_predictor(Broken())
+    chooser.accept(
+        chooser.begin_sync(), allowance_bytes=MiB, threshold=-math.inf, ttl_s=5, model_version=0
+    )
+    assert chooser.choose(request()) is Tier.SSD  # the fallback chooser's answer
+    assert chooser.stats()["decisions"]["errors"] == 1
+
+
+# ---------------------------------------------------------------------- the link, with a stand-in RPC
+class FakeScheduler:
+    """Stands in for ``worker.scheduler``: forwards to a real PlacementService, or misbehaves."""
+
+    def __init__(self, service: PlacementService) -> None:
+        self.service = service
+        self.delay_s = 0.0
+        self.absent = False
+
+    async def placement_sync(self, **message: object) -> dict | None:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.absent:
+            return None  # what Dask answers for an op without a handler
+        return self.service.sync(**message)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TieredFileStore:
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd") as s:
+        yield s
+
+
+def test_link_installs_leases_and_models_and_falls_back_when_the_scheduler_is_slow(
+    store: TieredFileStore, model_dir: Path
+) -> None:
+    clock = Clock()
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=64 * MiB, lease_ttl_s=2.0))
+    service.reload_model(str(model_dir))
+    scheduler = FakeScheduler(service)
+    chooser = LeasedChooser(clock=clock)
+    store.chooser = chooser
+    link = ServiceLink(
+        chooser, store, scheduler, "tcp://w:1", config=LinkConfig(sync_timeout_s=0.05), clock=clock
+    )
+
+    async def main() -> None:
+        assert await link.sync_once()
+        assert chooser.predictor.version == 1 and chooser.predictor.kind == "lightgbm"
+        handle = store.create("a", request(MiB))
+        assert handle.tier is Tier.SSD
+        store.write(handle, b"x" * 1000)
+        # the report counts the file at its expected size until it grows past it
+        assert link.usage()["ssd_committed_bytes"] == MiB
+        assert await link.sync_once()
+        assert service.ledger.share("tcp://w:1").used == MiB
+
+        scheduler.delay_s = 1.0  # the scheduler stalls
+        start = time.perf_counter()
+        assert not await link.sync_once()
+        assert time.perf_counter() - start < 0.5 and link.consecutive_failures == 1
+        assert store.create("b", request(MiB)).tier is Tier.SSD  # the lease still holds
+        clock.now += 2.0  # ... until it expires
+        assert store.create("c", request(MiB)).tier is Tier.HDD
+        store.delete(handle)  # the SSD file goes while the scheduler is away
+
+        scheduler.delay_s, scheduler.absent = 0.0, True  # now it has no service at all
+        assert not await link.sync_once()
+        assert "no placement service" in link.last_error
+
+        scheduler.absent = False  # back: the next report reconciles the ledger
+        assert await link.sync_once()
+        assert service.ledger.share("tcp://w:1").used == MiB  # only "b" is on SSD now
+        assert link.consecutive_failures == 0 and link.failures == 2
+        assert store.create("d", request(MiB)).tier is Tier.SSD
+
+    asyncio.run(main())
+    state = link.state()
+    assert state["syncs"] == 3 and state["rtt_ms"]["n"] == 3
+
+
+def test_link_keeps_its_model_when_the_payload_is_bad(store: TieredFileStore) -> None:
+    chooser = LeasedChooser()
+
+    class BadPayload:
+        async def placement_sync(self, **message: object) -> dict:
+            return {
+                "allowance": MiB,
+                "threshold": 0.0,
+                "ttl": 5.0,
+                "model_version": 7,
+                "predictor": b"junk",
+            }
+
+    link = ServiceLink(chooser, store, BadPayload(), "tcp://w:1")
+    assert asyncio.run(link.sync_once())
+    assert chooser.predictor.version == 0 and link.model_errors == 1
+    assert chooser.has_valid_lease()
+
+
+def test_background_renewals_run_and_stop(store: TieredFileStore) -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB))
+    chooser = LeasedChooser()
+    link = ServiceLink(
+        chooser, store, FakeScheduler(service), "tcp://w:1", config=LinkConfig(sync_interval_s=0.01)
+    )
+
+    async def main() -> None:
+        link.start()
+        await asyncio.sleep(0.2)
+        await link.stop()
+
+    asyncio.run(main())
+    assert link.syncs >= 5 and chooser.has_valid_lease()
+    assert service.state()["workers"]["tcp://w:1"]["syncs"] == link.syncs
