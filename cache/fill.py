@@ -6,7 +6,8 @@ The fresh path (decode + augment) hands each produced batch to
 
 ``BACKGROUND`` (default)
     The batch goes on a bounded queue (``CacheConfig.fill_queue`` batches) and
-    a writer thread (``cache-filler``) writes everything queued so far in one
+    a writer thread (``cache-filler``) writes everything queued so far, and what
+    arrives within ``COALESCE_SECONDS`` (50 ms, up to ``fill_queue`` batches), in one
     LMDB transaction. **When the queue is full the batch is dropped**: it is not
     cached this time (counted in :attr:`FillStats.dropped_queue_full`) and is
     produced fresh again, and offered again, the next time it is needed.
@@ -23,7 +24,8 @@ A store that stopped admitting (``FULL``, ``FAILED``, ``READ_ONLY``) makes
 
 Memory: each queued batch holds one copy of its uint8 samples (``copy=True``,
 the default, because the producer may reuse its buffer), so the writer holds at
-most ``fill_queue + 1`` batches.
+most ``2 * fill_queue + 1`` batches (the queue, and what the writer took from it
+for its transaction).
 
 Processes: the writer thread belongs to the process that started it. After a
 ``fork`` the child's first ``submit`` starts its own thread (queued batches of
@@ -37,6 +39,7 @@ import logging
 import os
 import queue
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -49,6 +52,9 @@ from cache.store import BatchTuple, CacheStore
 logger = logging.getLogger(__name__)
 
 _STOP = object()
+
+#: Seconds the writer waits for more batches to join a transaction (see module docs).
+COALESCE_SECONDS = 0.05
 
 
 @dataclasses.dataclass
@@ -85,16 +91,25 @@ def _writer_loop(filler_ref: weakref.ReferenceType[CacheFiller], q: queue.Queue[
                 return
             continue
         batch = [item]
-        while True:  # coalesce what is queued into one transaction
+        # Coalesce into one transaction what is queued, and what arrives within
+        # COALESCE_SECONDS, up to the queue's bound: fewer commits (each one an fsync
+        # when durable) for the same records.
+        deadline = time.monotonic() + COALESCE_SECONDS
+        while batch[-1] is not _STOP and len(batch) < max(1, q.maxsize):
+            remaining = deadline - time.monotonic()
             try:
-                batch.append(q.get_nowait())
+                batch.append(q.get(timeout=remaining) if remaining > 0 else q.get_nowait())
             except queue.Empty:
                 break
         stop = any(b is _STOP for b in batch)
         work = [b for b in batch if b is not _STOP]
         filler = filler_ref()
         if filler is not None and work:
-            filler._write(work)
+            try:
+                filler._write(work)
+            except BaseException as exc:  # never leave queued work without task_done
+                filler.error = CacheError(f"the cache writer failed: {exc!r}")
+                logger.exception("cache filling stopped: the writer failed")
         del filler
         for _ in batch:
             q.task_done()

@@ -50,6 +50,8 @@ CHECKSUM_SIZE: Final = 8
 #: Bytes a record adds to its payload.
 RECORD_OVERHEAD: Final = HEADER_SIZE + CHECKSUM_SIZE
 KEY_SIZE: Final = 8
+#: Bytes of the header that are the same in every record: magic and version.
+HEADER_VERSION_END: Final = 5
 MAX_INDEX: Final = (1 << 48) - 1
 MAX_VARIANT: Final = (1 << 16) - 1
 
@@ -115,6 +117,55 @@ def encode_record(index: int, variant: int, label: int, payload: Buffer) -> byte
     return b"".join((header, view, hasher.intdigest().to_bytes(CHECKSUM_SIZE, "little")))
 
 
+def encode_records(
+    indices: np.ndarray, variant: int, labels: np.ndarray, payloads: np.ndarray
+) -> np.ndarray:
+    """The values of many samples of one variant, as the rows of one array.
+
+    Row ``i`` equals ``encode_record(indices[i], variant, labels[i], payloads[i])``;
+    headers and payloads are written with numpy for the whole batch, so the only
+    per-record Python work is one checksum call (what makes filling cheap for
+    small samples).
+
+    Parameters
+    ----------
+    indices : numpy.ndarray
+        Sample indices (int64), ``n`` of them.
+    variant : int
+        Their variant.
+    labels : numpy.ndarray
+        Their labels (int64).
+    payloads : numpy.ndarray
+        uint8 ``(n, payload_size)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        uint8 ``(n, payload_size + RECORD_OVERHEAD)``, C-contiguous.
+    """
+    n, size = payloads.shape
+    end = HEADER_SIZE + size
+    out = np.empty((n, end + CHECKSUM_SIZE), dtype=np.uint8)
+    if n == 0:
+        return out
+    out[:, :4] = np.frombuffer(MAGIC, dtype=np.uint8)
+    out[:, 4] = RECORD_VERSION
+    out[:, 5:8] = 0
+    out[:, 8:16] = np.asarray(labels, dtype="<i8").reshape(n, 1).view(np.uint8)
+    out[:, 16:HEADER_SIZE] = np.array([size], dtype="<u8").view(np.uint8)
+    out[:, HEADER_SIZE:end] = payloads
+    flat = out.data.cast("B")
+    record = end + CHECKSUM_SIZE
+    _, seeds = pack_keys(np.asarray(indices, dtype=np.int64), variant)
+    digest = xxhash.xxh3_64_intdigest
+    sums = [
+        digest(flat[i * record : i * record + end], seed=seed)
+        for i, seed in enumerate(seeds.tolist())
+    ]
+    out[:, end:] = np.array(sums, dtype="<u8").reshape(n, 1).view(np.uint8)
+    return out
+
+
 def _corrupt(index: int, variant: int, why: str) -> CorruptRecordError:
     return CorruptRecordError(
         f"cache record (index {index}, variant {variant}) is corrupt: {why}; it is never served "
@@ -153,6 +204,32 @@ def check_record(value: Buffer, index: int, variant: int, payload_size: int) -> 
     digest = xxhash.xxh3_64_intdigest(view[:end], seed=key_int(index, variant))
     if digest != int.from_bytes(view[end:], "little"):
         raise _corrupt(index, variant, "checksum mismatch")
+    return int(label)
+
+
+_CHECKSUM = struct.Struct("<Q")
+
+
+def header_prefix() -> np.ndarray:
+    """The first :data:`HEADER_VERSION_END` bytes of every record (magic, version)."""
+    return np.frombuffer(MAGIC + bytes([RECORD_VERSION]), dtype=np.uint8)
+
+
+def record_label(value: bytes | memoryview, seed: int, payload_size: int) -> int | None:
+    """The label of a valid record, or None if it fails any check of :func:`check_record`.
+
+    The serving fast path (no exception, no message): ``value`` is bytes or a
+    one-dimensional byte memoryview (LMDB's ``buffers=True``), ``seed`` the
+    record's :func:`key_int`. Call :func:`check_record` on a None for the reason.
+    """
+    end = HEADER_SIZE + payload_size
+    if len(value) != end + CHECKSUM_SIZE:
+        return None
+    magic, version, label, size = HEADER.unpack_from(value, 0)
+    if magic != MAGIC or version != RECORD_VERSION or size != payload_size:
+        return None
+    if xxhash.xxh3_64_intdigest(value[:end], seed=seed) != _CHECKSUM.unpack_from(value, end)[0]:
+        return None
     return int(label)
 
 

@@ -27,9 +27,16 @@ Reads
 :meth:`CacheStore.get_batch` looks up one batch in one read transaction opened
 with ``buffers=True``: each value is a read-only view into LMDB's memory map,
 checked (size, header, xxh3 checksum) and copied once into the caller's
-preallocated ``(n, C, H, W)`` uint8 buffer. Nothing is copied into Python bytes
-and the process's anonymous memory does not grow with the cache's size (its
-file-backed resident pages are the OS page cache).
+preallocated ``(n, C, H, W)`` uint8 buffer. Records of at most
+``STAGED_MAX_PAYLOAD`` bytes (16 KiB) are first copied whole into a small staging
+array so that headers, checksums and payload copies are handled with numpy for
+the batch at once (per-record Python work, not bytes, bounds small records).
+Nothing is copied into Python bytes and the process's anonymous memory does not
+grow with the cache's size (its file-backed resident pages are the OS page
+cache, mapped: they count in RSS as ``RssFile`` and are reclaimable).
+
+Writes encode a batch's records with numpy (:func:`cache.record.encode_records`,
+one checksum call per record) and put them in key order with one ``putmulti``.
 
 On failure
 ----------
@@ -58,7 +65,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import errno
+import itertools
 import logging
+import operator
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -68,21 +77,32 @@ from typing import Any
 
 import lmdb
 import numpy as np
+import xxhash
 
 from cache.config import CacheConfig, FillMode
 from cache.errors import CacheError, CorruptRecordError
 from cache.meta import META_KEY, CacheIdentity, CacheMeta
 from cache.record import (
+    CHECKSUM_SIZE,
+    HEADER_SIZE,
+    HEADER_VERSION_END,
     KEY_SIZE,
+    MAX_INDEX,
     RECORD_OVERHEAD,
     check_record,
-    encode_record,
+    encode_records,
+    header_prefix,
     pack_keys,
-    payload_view,
+    record_label,
     unpack_key,
 )
 
 logger = logging.getLogger(__name__)
+
+#: Largest payload (bytes) read through a staging array (see ``_read_staged``).
+STAGED_MAX_PAYLOAD = 16 << 10
+
+_HEADER_PREFIX = header_prefix()
 
 RECORDS_DB = b"records"
 META_DB = b"meta"
@@ -601,26 +621,16 @@ class CacheStore:
             raise CacheError(f"labels must be an int64 array of length >= {n}")
         self._check_variant(variant)
         size = self._payload_size()
-        flat = out.reshape(out.shape[0], -1)
-        found = np.zeros(n, dtype=bool)
-        keys, _ = pack_keys(idx, variant)
+        keys, ints = pack_keys(idx, variant)
         corrupt: list[tuple[bytes, CorruptRecordError]] = []
         try:
             with self._read() as txn:
-                get = txn.get
-                for i, key in enumerate(keys):
-                    value = get(key)
-                    if value is None:
-                        continue
-                    try:
-                        label = check_record(value, int(idx[i]), variant, size)
-                    except CorruptRecordError as exc:
-                        corrupt.append((key, exc))
-                        continue
-                    flat[i] = payload_view(value, size)
-                    if labels is not None:
-                        labels[i] = label
-                    found[i] = True
+                if n == 0:
+                    found = np.zeros(0, dtype=bool)
+                elif size <= STAGED_MAX_PAYLOAD:
+                    found = self._read_staged(txn, keys, ints, out, labels, corrupt)
+                else:
+                    found = self._read_direct(txn, keys, ints, out, labels, corrupt)
         except lmdb.Error as exc:
             raise CacheError(f"reading the cache at {self.path} failed: {exc}") from exc
         hits = int(found.sum())
@@ -630,9 +640,101 @@ class CacheStore:
             self.stats.corrupt += len(corrupt)
             with self._lock:
                 self._pending_drop.update(key for key, _ in corrupt)
-            for _, exc in corrupt:
-                logger.warning("%s (cache %s)", exc, self.path)
+            for _, err in corrupt:
+                logger.warning("%s (cache %s)", err, self.path)
         return found
+
+    def _read_direct(
+        self,
+        txn: lmdb.Transaction,
+        keys: list[bytes],
+        ints: np.ndarray,
+        out: np.ndarray,
+        labels: np.ndarray | None,
+        corrupt: list[tuple[bytes, CorruptRecordError]],
+    ) -> np.ndarray:
+        """Large records: check each in LMDB's map, copy its payload once into ``out``."""
+        size = self._payload_size()
+        end = HEADER_SIZE + size
+        dst = out.data.cast("B")  # row i is bytes [i * size, (i + 1) * size)
+        found = np.zeros(len(keys), dtype=bool)
+        get = txn.get
+        for i, seed in enumerate(ints.tolist()):
+            value = get(keys[i])
+            if value is None:
+                continue
+            label = record_label(value, seed, size)
+            if label is None:
+                self._corrupt(keys[i], value, size, corrupt)
+                continue
+            dst[i * size : (i + 1) * size] = value[HEADER_SIZE:end]
+            if labels is not None:
+                labels[i] = label
+            found[i] = True
+        return found
+
+    def _read_staged(
+        self,
+        txn: lmdb.Transaction,
+        keys: list[bytes],
+        ints: np.ndarray,
+        out: np.ndarray,
+        labels: np.ndarray | None,
+        corrupt: list[tuple[bytes, CorruptRecordError]],
+    ) -> np.ndarray:
+        """Small records: copy each whole record into a staging array and hash it (two
+        Python-level operations per record), then check headers and checksums and
+        copy the payloads into ``out`` with numpy, for the whole batch at once.
+
+        Per-record Python work, not bytes, bounds small records; the second copy is
+        cheap at these sizes (at most ``STAGED_MAX_PAYLOAD`` bytes).
+        """
+        size = self._payload_size()
+        end = HEADER_SIZE + size
+        record = end + CHECKSUM_SIZE
+        n = len(keys)
+        stage = np.empty((n, record), dtype=np.uint8)
+        flat = stage.data.cast("B")
+        computed = [0] * n  # xxh3 of each record's header and payload
+        present: list[int] = []
+        digest = xxhash.xxh3_64_intdigest
+        seeds = ints.tolist()
+        get = txn.get
+        values = [get(key) for key in keys]
+        for i, value in enumerate(values):
+            if value is not None and len(value) == record:
+                flat[i * record : (i + 1) * record] = value
+                computed[i] = digest(value[:end], seed=seeds[i])
+                present.append(i)
+        ok = np.zeros(n, dtype=bool)
+        ok[present] = True
+        ok &= np.array(computed, dtype=np.uint64) == stage[:, end:].copy().view("<u8").ravel()
+        ok &= (stage[:, :HEADER_VERSION_END] == _HEADER_PREFIX).all(axis=1)
+        ok &= stage[:, 16:HEADER_SIZE].copy().view("<u8").ravel() == size
+        for i in np.flatnonzero(~ok).tolist():
+            if values[i] is not None:
+                self._corrupt(keys[i], values[i], size, corrupt)
+        rows = out.reshape(out.shape[0], size)
+        if ok.all():
+            rows[:n] = stage[:, HEADER_SIZE:end]
+        elif ok.any():
+            rows[np.flatnonzero(ok)] = stage[ok, HEADER_SIZE:end]
+        if labels is not None and ok.any():
+            labels[:n][ok] = stage[ok, 8:16].copy().view("<i8").ravel()
+        return ok
+
+    def _corrupt(
+        self,
+        key: bytes,
+        value: Any,
+        size: int,
+        corrupt: list[tuple[bytes, CorruptRecordError]],
+    ) -> None:
+        index, variant = unpack_key(key)
+        try:
+            check_record(value, index, variant, size)
+        except CorruptRecordError as exc:
+            corrupt.append((bytes(key), exc))
 
     def _check_variant(self, variant: int) -> None:
         if isinstance(variant, bool) or not isinstance(variant, int | np.integer):
@@ -681,54 +783,34 @@ class CacheStore:
     def put_batches(self, batches: Iterable[BatchTuple]) -> int:
         """Write several ``(indices, variant, images, labels)`` batches in one transaction.
 
-        See :meth:`put_batch`.
+        See :meth:`put_batch`. When the whole transaction would exceed
+        ``max_bytes``, the batches are written one transaction each, in order,
+        until one does not fit: a cache near its bound is filled as far as whole
+        batches go, not left empty because the writer had fallen behind.
         """
         shared = self._env()
         if self._state is not StoreState.ADMITTING:
             return 0
-        size = self._payload_size()
-        items: list[tuple[bytes, bytes]] = []
-        for indices, variant, images, labels in batches:
-            idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-            self._check_variant(variant)
-            arr = np.asarray(images)
-            if arr.dtype != np.uint8 or arr.shape != (idx.size, *self.identity.sample_shape):
-                raise CacheError(
-                    f"images must be uint8 of shape ({idx.size}, "
-                    f"{', '.join(map(str, self.identity.sample_shape))}) (CHW samples), not "
-                    f"{arr.dtype} {arr.shape}"
-                )
-            lab = np.asarray(labels, dtype=np.int64).reshape(-1)
-            if lab.size != idx.size:
-                raise CacheError(f"got {lab.size} labels for {idx.size} samples")
-            if idx.size and int(idx.max()) >= self.identity.num_samples:
-                raise CacheError(
-                    f"sample index {int(idx.max())} is out of range for a cache of "
-                    f"{self.identity.num_samples} samples"
-                )
-            arr = np.ascontiguousarray(arr).reshape(idx.size, size)
-            keys, _ = pack_keys(idx, int(variant))
-            for i, key in enumerate(keys):
-                items.append((key, encode_record(int(idx[i]), int(variant), int(lab[i]), arr[i])))
+        groups = [self._encode(*batch) for batch in batches]
         with self._lock:
             pending = self._pending_drop
             self._pending_drop = set()
-        written = dropped = 0
+        written = 0
         try:
-            txn = shared.env.begin(write=True, db=shared.records)
             try:
-                for key in pending:
-                    value = txn.get(key)
-                    if value is not None and not self._valid(key, value, size):
-                        txn.delete(key)
-                        dropped += 1
-                for key, value in items:
-                    if txn.put(key, value, overwrite=False):
-                        written += 1
-                _commit(txn)
-            except BaseException:
-                txn.abort()
-                raise
+                written, dropped = self._write(shared, pending, [i for g in groups for i in g])
+            except lmdb.MapFullError:
+                if len(groups) < 2:
+                    raise
+                written = dropped = 0
+                for group in groups:  # one transaction per batch, until one does not fit
+                    w, d = self._write(shared, pending, group)
+                    pending = set()  # dropped by the first committed transaction
+                    written += w
+                    dropped += d
+                    self.stats.written += w
+                    self.stats.dropped += d
+                return written
         except lmdb.MapFullError:
             with self._lock:
                 self._pending_drop |= pending
@@ -738,7 +820,7 @@ class CacheStore:
                 self.path,
                 self.config.max_bytes,
             )
-            return 0
+            return written if len(groups) > 1 else 0
         except (lmdb.Error, OSError) as exc:
             with self._lock:
                 self._pending_drop |= pending
@@ -757,6 +839,61 @@ class CacheStore:
         self.stats.written += written
         self.stats.dropped += dropped
         return written
+
+    def _encode(
+        self, indices: Any, variant: int, images: Any, labels: Any
+    ) -> list[tuple[bytes, memoryview]]:
+        """Check one batch and encode its records as ``(key, value)`` pairs (each
+        value a view of one row of :func:`~cache.record.encode_records`)."""
+        size = self._payload_size()
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        self._check_variant(variant)
+        arr = np.asarray(images)
+        if arr.dtype != np.uint8 or arr.shape != (idx.size, *self.identity.sample_shape):
+            raise CacheError(
+                f"images must be uint8 of shape ({idx.size}, "
+                f"{', '.join(map(str, self.identity.sample_shape))}) (CHW samples), not "
+                f"{arr.dtype} {arr.shape}"
+            )
+        lab = np.asarray(labels, dtype=np.int64).reshape(-1)
+        if lab.size != idx.size:
+            raise CacheError(f"got {lab.size} labels for {idx.size} samples")
+        if idx.size and int(idx.max()) >= self.identity.num_samples:
+            raise CacheError(
+                f"sample index {int(idx.max())} is out of range for a cache of "
+                f"{self.identity.num_samples} samples"
+            )
+        if idx.size == 0:
+            return []
+        records = encode_records(idx, int(variant), lab, arr.reshape(idx.size, size))
+        keys, _ = pack_keys(idx, int(variant))
+        record = records.shape[1]
+        flat = records.data.cast("B")
+        return [(key, flat[i * record : (i + 1) * record]) for i, key in enumerate(keys)]
+
+    def _write(
+        self, shared: _SharedEnv, pending: set[bytes], items: list[tuple[bytes, Any]]
+    ) -> tuple[int, int]:
+        """One write transaction: drop the pending corrupt keys, put ``items`` (never
+        overwriting). Returns ``(written, dropped)``; lmdb errors propagate."""
+        size = self._payload_size()
+        dropped = 0
+        txn = shared.env.begin(write=True, db=shared.records)
+        try:
+            for key in pending:
+                value = txn.get(key)
+                if value is not None and not self._valid(key, value, size):
+                    txn.delete(key)
+                    dropped += 1
+            # In key order: neighbouring keys share leaf pages, fewer page copies.
+            _, written = txn.cursor().putmulti(
+                sorted(items, key=operator.itemgetter(0)), overwrite=False
+            )
+            _commit(txn)
+        except BaseException:
+            txn.abort()
+            raise
+        return int(written), dropped
 
     def _committed_hint(self) -> str:
         try:
@@ -847,17 +984,30 @@ class CacheStore:
         when served or verified.
         """
         self._check_variant(variant)
-        mask = np.zeros(self.identity.num_samples, dtype=bool)
+        n = self.identity.num_samples
+        mask = np.zeros(n, dtype=bool)
         start, _ = pack_keys(np.array([0]), variant)
+        keys: list[Any] = []
+        raw = b""
         with self._read() as txn:
             cursor = txn.cursor()
             if cursor.set_range(start[0]):
-                for key in cursor.iternext(keys=True, values=False):
-                    index, v = unpack_key(key)
-                    if v != variant:
-                        break
-                    if index < mask.size:
-                        mask[index] = True
+                # The variant's keys are one contiguous range of at most n keys: read
+                # them in C (islice), decode them at once with numpy.
+                keys = list(itertools.islice(cursor.iternext(keys=True, values=False), n))
+                raw = b"".join(keys)
+        if len(raw) != KEY_SIZE * len(keys):  # a malformed key: decode one by one
+            for key in keys:
+                if len(key) == KEY_SIZE:
+                    i, v = unpack_key(key)
+                    if v == variant and i < n:
+                        mask[i] = True
+            return mask
+        ints = np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+        index = (ints & np.uint64(MAX_INDEX)).astype(np.int64)
+        mine = (ints >> np.uint64(48)) == variant
+        index = index[mine & (index < n)]
+        mask[index] = True
         return mask
 
     def visit(

@@ -64,6 +64,27 @@ def test_disk_full_in_the_background_filler_never_reaches_training(
     assert store.count() == 0
 
 
+def test_a_failing_writer_thread_never_hangs_flush_or_close(
+    open_store: Opener, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(txn: lmdb.Transaction) -> None:  # fault injection: an unexpected bug
+        txn.abort()
+        raise RuntimeError("unexpected")
+
+    store = open_store()
+    monkeypatch.setattr(cache.store, "_commit", broken)
+    filler = CacheFiller(store, queue_batches=1)
+    idx = np.arange(8)
+    with caplog.at_level(logging.ERROR, logger="cache.fill"):
+        for _ in range(5):
+            filler.submit(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+        assert filler.flush(timeout=30)
+    assert isinstance(filler.error, CacheError) and "RuntimeError('unexpected')" in str(filler.error)
+    assert not filler.admitting
+    filler.close()  # returns: the thread is still draining its queue
+    assert "the writer failed" in caplog.text
+
+
 _FSIZE_CHILD = """
 import json, resource, signal, sys
 import numpy as np

@@ -14,8 +14,11 @@ from cache.record import (
     RECORD_OVERHEAD,
     decode_record,
     encode_record,
+    encode_records,
+    key_int,
     pack_key,
     pack_keys,
+    record_label,
     unpack_key,
 )
 
@@ -35,6 +38,10 @@ def test_record_round_trip(data, shape, index, variant, label) -> None:
     assert out.dtype == np.uint8 and out.shape == shape
     assert np.array_equal(out, sample)
     assert got_label == label
+    # The serving fast path agrees, on bytes and on a memoryview (LMDB's buffers).
+    seed = key_int(index, variant)
+    assert record_label(value, seed, sample.nbytes) == label
+    assert record_label(memoryview(value), seed, sample.nbytes) == label
 
 
 @settings(max_examples=60, deadline=None)
@@ -47,6 +54,7 @@ def test_any_flipped_byte_is_detected(data, shape, index, variant) -> None:
     with pytest.raises(CorruptRecordError, match=f"index {index}, variant {variant}") as info:
         decode_record(bytes(value), index, variant, shape)
     assert (info.value.index, info.value.variant) == (index, variant)
+    assert record_label(memoryview(bytes(value)), key_int(index, variant), sample.nbytes) is None
 
 
 @settings(max_examples=30, deadline=None)
@@ -62,6 +70,7 @@ def test_truncated_record_is_detected() -> None:
     value = encode_record(1, 0, 1, np.arange(48, dtype=np.uint8))
     with pytest.raises(CorruptRecordError, match="bytes, expected"):
         decode_record(value[:-1], 1, 0, (48,))
+    assert record_label(value[:-1], key_int(1, 0), 48) is None
 
 
 @settings(max_examples=50, deadline=None)
@@ -80,3 +89,20 @@ def test_pack_keys_matches_pack_key(rng: np.random.Generator) -> None:
         pack_keys(np.array([-1]), 0)
     with pytest.raises(ValueError, match="variant"):
         pack_key(0, 1 << 16)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    size=st.integers(1, 300),
+    n=st.integers(0, 12),
+    variant=variants,
+)
+def test_batch_encoding_equals_record_encoding(data, size, n, variant) -> None:
+    idx = np.array(data.draw(st.lists(indices, min_size=n, max_size=n)), dtype=np.int64)
+    lab = np.array(data.draw(st.lists(labels, min_size=n, max_size=n)), dtype=np.int64)
+    payloads = data.draw(hnp.arrays(np.uint8, (n, size)))
+    rows = encode_records(idx, variant, lab, payloads)
+    assert rows.shape == (n, size + RECORD_OVERHEAD)
+    for i in range(n):
+        assert rows[i].tobytes() == encode_record(int(idx[i]), variant, int(lab[i]), payloads[i])

@@ -177,3 +177,37 @@ def test_store_pickles_without_its_environment(open_store: Opener) -> None:
     assert clone.config.rebuild is False  # an unpickled copy never clears the cache
     assert helpers.check_batch(clone, idx, 1) == 5
     clone.close()
+
+
+@pytest.mark.parametrize("shape", [(3, 16, 16), (3, 80, 80)], ids=["staged-read", "direct-read"])
+def test_corrupt_records_are_never_served_on_either_read_path(
+    open_store: Opener, shape: tuple[int, ...]
+) -> None:
+    from cache.record import pack_key
+
+    store = open_store(helpers.identity(shape=shape, num_samples=20))
+    idx = np.arange(10)
+    store.put_batch(idx, 0, helpers.images(idx, 0, shape), helpers.labels(idx))
+    shared = store._env()
+    with shared.env.begin(write=True, db=shared.records) as txn:  # real bytes, changed on disk
+        flipped = bytearray(txn.get(pack_key(3, 0)))
+        flipped[24 + 7] ^= 0x10
+        txn.put(pack_key(3, 0), bytes(flipped))
+        txn.put(pack_key(5, 0), txn.get(pack_key(5, 0))[:-1])
+        bad_magic = bytearray(txn.get(pack_key(7, 0)))
+        bad_magic[0:4] = b"XXXX"
+        txn.put(pack_key(7, 0), bytes(bad_magic))
+    asked = np.array([9, 3, 12, 5, 0, 7, 1, 15])
+    out = np.zeros((len(asked), *shape), np.uint8)
+    lab = np.full(len(asked), -1, np.int64)
+    found = store.get_batch(asked, 0, out, labels=lab)
+    assert found.tolist() == [True, False, False, False, True, False, True, False]
+    for row in np.flatnonzero(found):
+        assert np.array_equal(out[row], helpers.image(int(asked[row]), 0, shape))
+        assert lab[row] == helpers.label(int(asked[row]))
+    assert not out[~found].any() and (lab[~found] == -1).all()
+    assert store.stats.corrupt == 3
+    redo = np.array([3, 5, 7])
+    assert store.put_batch(redo, 0, helpers.images(redo, 0, shape), helpers.labels(redo)) == 3
+    assert store.stats.dropped == 3
+    assert helpers.check_batch(store, np.arange(10), 0) == 10
