@@ -1,18 +1,30 @@
 """dataplane: a drop-in replacement for torch's DataLoader built on NVIDIA DALI.
 
 ``import dataplane`` works without a GPU and without importing DALI; DALI is
-imported when a :class:`Loader` starts iterating.
+imported when a :class:`Loader` starts iterating. :class:`CacheConfig` (the
+options of the augmented-sample cache, ``Loader(..., cache=...)``) is
+:class:`cache.CacheConfig`.
 """
 
 from __future__ import annotations
 
+from cache import CacheConfig
 from dataplane import errors, sources
-from dataplane.errors import ConfigError, DataError, DataplaneError, DatasetError
+from dataplane.errors import (
+    CacheWarning,
+    ConfigError,
+    DataError,
+    DataplaneError,
+    DatasetError,
+    StaleCacheError,
+)
 from dataplane.loader import Loader
 from dataplane.plan import LastBatchPolicy
 from dataplane.producer import OnCorrupt
 
 __all__ = [
+    "CacheConfig",
+    "CacheWarning",
     "ConfigError",
     "DataError",
     "DataplaneError",
@@ -20,6 +32,7 @@ __all__ = [
     "LastBatchPolicy",
     "Loader",
     "OnCorrupt",
+    "StaleCacheError",
     "errors",
     "sources",
 ]

@@ -20,7 +20,6 @@ from cache import (
     CacheConfig,
     CacheError,
     CacheFiller,
-    CacheIdentity,
     CacheStore,
     FillMode,
     verify,
@@ -241,6 +240,7 @@ def build_command(
     from tqdm import tqdm
 
     from dataplane import DataplaneError, Loader
+    from dataplane.cached_producer import cache_identity
     from dataplane.dali_producer import DaliBatchProducer
 
     config_kwargs = dict(variants=variants, max_bytes=parse_bytes(max_bytes), rebuild=rebuild)
@@ -276,13 +276,7 @@ def build_command(
         )
     except DataplaneError as exc:
         raise click.ClickException(str(exc)) from exc
-    rec = loader.recipe
-    identity = CacheIdentity(
-        recipe_fingerprint=rec.fingerprint(),
-        dataset_fingerprint=loader.source.fingerprint(),
-        sample_shape=(rec.channels, rec.size, rec.size),
-        num_samples=len(loader.source),
-    )
+    identity = cache_identity(loader.source, loader.recipe)  # the same as Loader(cache=...)
     try:
         store = CacheStore(config, identity)
     except CacheError as exc:

@@ -6,6 +6,8 @@ can catch one type. Messages name the bad value and how to fix it.
 
 from __future__ import annotations
 
+import cache.errors
+
 
 class DataplaneError(Exception):
     """Base class of every error raised by :mod:`dataplane`."""
@@ -43,3 +45,23 @@ class PipelineError(DataplaneError):
 
 class CorruptSampleWarning(UserWarning):
     """Corrupt or unreadable samples were skipped in an epoch (``on_corrupt="skip"``)."""
+
+
+class StaleCacheError(DataplaneError, cache.errors.StaleCacheError):
+    """The loader's cache was built for another recipe, dataset or sample shape.
+
+    Raised by ``Loader(..., cache=CacheConfig(...))`` at construction. It is
+    also a :class:`cache.StaleCacheError`; its message says what changed and how
+    to rebuild (``CacheConfig(path, rebuild=True)`` or ``dataplane cache build
+    --rebuild``).
+
+    Attributes
+    ----------
+    changes : tuple of str
+        One line per thing that changed.
+    """
+
+
+class CacheWarning(UserWarning):
+    """The loader's cache cannot serve or admit as configured (unwritable, disk full,
+    ``max_bytes`` reached, unreadable); the loader goes on with fresh samples."""

@@ -3,11 +3,13 @@
 Structure: :class:`~dataplane.config.LoaderConfig` (validated options) ->
 :class:`~dataplane.plan.EpochPlan` (order, shard, batches) ->
 :class:`~dataplane.iterator.LoaderIterator` (one pass, fed by a
-:class:`~dataplane.producer.BatchProducer`).
+:class:`~dataplane.producer.BatchProducer`: DALI, or with ``cache=`` the
+cache-backed :class:`~dataplane.cached_producer.CachedBatchProducer`).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -18,16 +20,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xxhash
 
+from cache import CacheConfig
 from dataplane.config import LoaderConfig
 from dataplane.errors import ConfigError, DatasetError
 from dataplane.iterator import Cursor, LoaderIterator
 from dataplane.plan import EpochPlan, LastBatchPolicy
 from dataplane.producer import BatchRequest, OnCorrupt, ProducerContext, ProducerFactory
 from dataplane.sources import FileListSource, Source, open_source
-from dataplane.stats import EpochStats
+from dataplane.stats import CacheStats, EpochStats
 
 if TYPE_CHECKING:
-
+    from dataplane.cached_producer import LoaderCache
     from preprocessing import Device, Recipe
 
 logger = logging.getLogger(__name__)
@@ -107,7 +110,17 @@ class Loader:
         ``CorruptSampleWarning`` at epoch end.
     producer : callable, optional
         Advanced: a :data:`~dataplane.producer.ProducerFactory` replacing the
-        default DALI producer (e.g. a cache-backed one).
+        default DALI producer (with ``cache=``, it produces the cache misses).
+    cache : CacheConfig, optional
+        Serve fully augmented samples from an LMDB cache
+        (:class:`cache.CacheConfig`: path, ``variants``, ``max_bytes``, ...).
+        Epoch ``e`` serves variant ``e % variants`` of every sample, in the
+        epoch's order; samples not cached yet are produced fresh and written in
+        the background, so the first ``variants`` epochs fill the cache and
+        later ones read it without decoding. Counts per pass are in
+        :attr:`cache_stats` and ``last_epoch_stats.cache``. See
+        :mod:`dataplane.cached_producer` for what happens on failure (a full,
+        unwritable or unreadable cache warns and serves fresh samples).
 
     Raises
     ------
@@ -115,6 +128,9 @@ class Loader:
         For an option of the wrong type or value (the message names the fix).
     DatasetError
         For a missing or empty dataset or labels out of range.
+    StaleCacheError
+        The cache was built for another recipe, dataset or sample shape; the
+        message says what changed and how to rebuild (``rebuild=True``).
 
     Examples
     --------
@@ -123,6 +139,11 @@ class Loader:
     ...     train.set_epoch(epoch)
     ...     for images, labels in train:   # float32 NCHW normalized, int64
     ...         ...
+
+    With the augmented-sample cache (4 variants reused in turn)::
+
+        train = Loader("data/fmnist/train", batch_size=256, recipe="train", seed=0,
+                       cache=CacheConfig("cache/fmnist-train", variants=4, max_bytes=8 << 30))
     """
 
     def __init__(
@@ -143,6 +164,7 @@ class Loader:
         prefetch: int = 2,
         on_corrupt: OnCorrupt | str = OnCorrupt.RAISE,
         producer: ProducerFactory | None = None,
+        cache: CacheConfig | None = None,
     ) -> None:
         import torch
 
@@ -164,6 +186,16 @@ class Loader:
             raise ConfigError(
                 f"recipe must be a name ('train', 'eval', or a registered custom recipe) or a "
                 f"preprocessing.Recipe, not {type(recipe).__name__}"
+            )
+        if cache is not None and not isinstance(cache, CacheConfig):
+            hint = (
+                f"cache=CacheConfig({str(cache)!r})"
+                if isinstance(cache, str | os.PathLike)
+                else "cache=CacheConfig(path, variants=4)"
+            )
+            raise ConfigError(
+                f"cache must be a dataplane.CacheConfig or None, not {type(cache).__name__}; "
+                f"pass {hint}"
             )
         for name, value in (("size", size), ("channels", channels)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -206,6 +238,23 @@ class Loader:
         self._active: weakref.ReferenceType[LoaderIterator] | None = None
         #: Counts of the last completed epoch (``None`` before the first).
         self.last_epoch_stats: EpochStats | None = None
+        self._cache: LoaderCache | None = None
+        self._cache_stats: CacheStats | None = None
+        if cache is not None:
+            self._cache = self._open_cache(cache)
+            weakref.finalize(self, self._cache.close)
+
+    def _open_cache(self, config: CacheConfig) -> LoaderCache:
+        from dataplane.cached_producer import LoaderCache, cache_identity
+
+        return LoaderCache(
+            config,
+            cache_identity(self.source, self.recipe),
+            labels=self._labels,
+            batch_size=self.config.batch_size,
+            prefetch=self.config.prefetch,
+            pinned=self.device.value == "cuda",
+        )
 
     def _load_labels(self) -> np.ndarray:
         labels_fn = getattr(self.source, "labels", None)
@@ -227,6 +276,18 @@ class Loader:
                 "source's num_classes"
             )
         return labels
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """Cache counts (hits, misses, fills) of the current or last pass; ``None``
+        without ``cache=`` or when the cache is not used (see :class:`CacheStats`)."""
+        return self._cache_stats
+
+    @property
+    def cache_store(self) -> Any:
+        """The :class:`cache.CacheStore` behind ``cache=`` (None without one, or when
+        it could not be opened)."""
+        return self._cache.store if self._cache is not None else None
 
     # -- sizes and epochs ------------------------------------------------------------
     def __len__(self) -> int:
@@ -353,31 +414,47 @@ class Loader:
             state=self._producer_state,
         )
         factory = self.config.producer or DaliBatchProducer
+        cache_stats = None
+        if self._cache is not None and self._cache.enabled:
+            cache_stats = CacheStats(variant=epoch % self._cache.variants)
+            factory = self._cache.producer_factory(factory, cache_stats)
+        self._cache_stats = cache_stats
         iterator = LoaderIterator(
             factory(context, requests),
             cursor=self._cursor,
             recipe=self.recipe,
             labels=self._labels,
             device=self.torch_device,
-            on_end=self._end_epoch,
+            on_end=functools.partial(self._end_epoch, cache_stats=cache_stats),
         )
         self._active = weakref.ref(iterator)
         return iterator
 
-    def _end_epoch(self, stats: EpochStats) -> None:
+    def _end_epoch(self, stats: EpochStats, cache_stats: CacheStats | None = None) -> None:
+        stats.cache = cache_stats
+        if self._cache is not None:
+            self._cache.end_pass(cache_stats or CacheStats(variant=stats.epoch % self._cache.variants))
         self.last_epoch_stats = stats
         if self._cursor.epoch == stats.epoch:
             self._cursor.epoch = stats.epoch + 1
             self._cursor.position = 0
 
     def close(self) -> None:
-        """Stop the current pass, if any, and release its threads and kept pipelines."""
+        """Stop the current pass, if any, and release its threads and kept pipelines.
+
+        With ``cache=``: the filler writes what is queued and stops; the cache is
+        released (a later pass opens it again).
+        """
         self._close_active()
         self._producer_state.clear()
+        if self._cache is not None:
+            self._cache.close()
 
     def __repr__(self) -> str:
         return (
             f"Loader({self.source!r}, batch_size={self.batch_size}, recipe={self.recipe.name!r}, "
             f"size={self.recipe.size}, device={self.device.value!r}, "
-            f"shard={self.plan.rank}/{self.plan.world_size}, batches={len(self)})"
+            f"shard={self.plan.rank}/{self.plan.world_size}, batches={len(self)}"
+            + (f", cache={str(self._cache.config.path)!r}" if self._cache is not None else "")
+            + ")"
         )

@@ -3,9 +3,10 @@
 The loader turns its epoch plan into a sequence of :class:`BatchRequest` and asks
 a :class:`BatchProducer` for the augmented uint8 images of each, in order. The
 default producer runs the recipe's DALI pipeline on freshly read bytes
-(:class:`dataplane.dali_producer.DaliBatchProducer`); another producer (for
-example one serving augmented samples from a cache and falling back to DALI on
-misses) plugs in through a :data:`ProducerFactory` given to the loader.
+(:class:`dataplane.dali_producer.DaliBatchProducer`); with ``cache=`` the loader
+uses :class:`dataplane.cached_producer.CachedBatchProducer`, which serves
+augmented samples from the cache and asks a fresh producer for the misses.
+Another producer plugs in through a :data:`ProducerFactory` given to the loader.
 
 Lifecycle
 ---------
@@ -16,6 +17,11 @@ Lifecycle
    ``context.prefetch`` batches.
 3. ``close()`` releases threads and memory; it is called when the pass ends or
    the consumer stops early, and must be idempotent.
+
+A producer may reuse the memory of a batch's ``images`` once the consumer asks
+for the next batch (the cache-backed producer serves views of a small ring of
+preallocated buffers); the loader's iterator normalizes each batch into a new
+tensor before that.
 
 Failure contract: a sample that cannot be read or decoded raises
 :class:`dataplane.errors.DataError` (naming index and file) under

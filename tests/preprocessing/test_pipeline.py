@@ -120,3 +120,21 @@ def test_cuda_pipeline_matches_cpu_eval(fmnist_pngs: list[bytes]) -> None:
     np.testing.assert_array_equal(gpu, pil_pixels(fmnist_pngs))
     train = run_once(make_recipe("train", size=32, randaugment=(2, 9)), fmnist_pngs, Device.CUDA)
     assert train.shape == (16, 3, 32, 32)
+
+
+def test_normalize_paths_give_the_same_bits() -> None:
+    from preprocessing.normalize import NUMPY_MAX_ELEMENTS
+
+    recipe = make_recipe("train", size=8)
+    big = torch.randint(0, 256, (1, 3, 1500, 1000), dtype=torch.uint8)
+    assert big.numel() > NUMPY_MAX_ELEMENTS
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with_numpy = normalize(big, recipe)
+        torch.set_num_threads(4)
+        with_torch = normalize(big, recipe)
+    finally:
+        torch.set_num_threads(threads)
+    assert with_numpy.dtype == with_torch.dtype == torch.float32
+    assert torch.equal(with_numpy, with_torch)

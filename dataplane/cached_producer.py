@@ -1,0 +1,659 @@
+"""Serving augmented samples from the cache: :class:`CachedBatchProducer`.
+
+``Loader(..., cache=CacheConfig(path, variants=K))`` plugs this producer into
+the loader's producer seam (:mod:`dataplane.producer`). Epoch ``e`` serves
+variant ``v = e % K`` of every sample, in the epoch's planned order.
+
+One pass
+--------
+1. At the start of the pass the cache's completed records of ``v`` are listed
+   (a key-only range scan, :meth:`cache.CacheStore.completed`). The samples
+   missing from it are the *planned misses*; if there are any, one fresh
+   producer (DALI, :class:`~dataplane.dali_producer.DaliBatchProducer`, or the
+   loader's ``producer=``) is started over the requests restricted to them, so
+   fresh production runs ahead concurrently with serving. A pass over a fully
+   cached variant starts no fresh producer at all: nothing is read from the
+   source and DALI is neither imported nor run.
+2. For each request, in order, a worker thread (``dataplane-cache``) takes a
+   free buffer of the loader's ring (``prefetch + 1`` preallocated uint8 arrays
+   of ``(batch_size, C, H, W)``), reads the batch with
+   :meth:`cache.CacheStore.get_batch` (one read transaction, each record
+   checksummed and copied once, straight into the buffer), and fills the rows
+   that missed from the fresh producer's output (with numpy on the host for a
+   CPU loader, with torch on the GPU for a CUDA one). A batch none of whose
+   samples was cached skips the lookup and is the fresh batch itself (no
+   copy). A sample that was expected in the cache but is not served (its
+   record failed its checksum, or another process dropped it) is produced on
+   the spot by a one-batch fresh producer.
+3. Fresh samples that missed are handed to the loader's
+   :class:`cache.CacheFiller` (background writer by default: training never
+   waits for the disk; a full queue drops the batch, offered again next time).
+4. The batch is wrapped with ``torch.from_numpy`` (no copy) on the CPU, or
+   copied once from pinned memory to the GPU; the loader's iterator normalizes
+   it on the target device.
+5. At the end of a complete pass the worker waits for the filler to commit what
+   the pass queued, so the pass's counts (:class:`~dataplane.stats.CacheStats`)
+   are final.
+
+Buffers: on the CPU the tensor handed to the consumer is a view of a ring
+buffer, valid until the consumer asks for the next batch (the loader's
+iterator normalizes it into a new tensor before that). At most ``prefetch``
+batches are prepared ahead; serving allocates no batch-sized memory beyond the
+ring (merging fresh rows and leaving out skipped samples aside).
+
+On failure
+----------
+* Stale cache (recipe, dataset, sample shape or schema changed): the loader
+  raises :class:`~dataplane.errors.StaleCacheError` at construction, naming
+  what changed and how to rebuild (``rebuild=True`` / ``--rebuild``).
+* The cache cannot be opened or created (unwritable path, not a directory):
+  a :class:`~dataplane.errors.CacheWarning`, and the loader serves fresh.
+* ``max_bytes`` reached: the cache stops admitting (``lmdb.MapFullError`` never
+  escapes the store), serves what it holds; the rest is produced fresh every
+  epoch. One ``CacheWarning`` per loader.
+* Disk full or I/O error while filling: filling stops (the filler logs it),
+  serving goes on, one ``CacheWarning`` per loader.
+* A read of the cache fails: the rest of the pass is produced fresh, a
+  ``CacheWarning`` is issued and the loader stops using the cache.
+* A corrupt record is never served: it counts as a miss, is produced fresh and
+  refilled (the store drops the bad record in its next write).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cache import CacheConfig, CacheError, CacheFiller, CacheIdentity, CacheStore
+from cache import StaleCacheError as _CacheStaleError
+from dataplane.errors import CacheWarning, StaleCacheError
+from dataplane.producer import (
+    BatchProducer,
+    BatchRequest,
+    ProducedBatch,
+    ProducerContext,
+    ProducerFactory,
+    SkippedSample,
+)
+from dataplane.stats import CacheStats
+
+if TYPE_CHECKING:
+    import torch
+
+    from dataplane.sources import Source
+    from preprocessing import Recipe
+
+logger = logging.getLogger(__name__)
+
+#: Seconds the end of a pass waits for the filler to commit the pass's batches.
+FLUSH_TIMEOUT_S = 120.0
+
+
+def cache_identity(source: Source, recipe: Recipe) -> CacheIdentity:
+    """What a cache of ``source`` augmented by ``recipe`` is made from.
+
+    The one definition shared by the loader and ``dataplane cache build``, so a
+    cache built ahead of time is served by a loader with the same dataset and
+    recipe.
+
+    Parameters
+    ----------
+    source : Source
+        The dataset; its :meth:`~dataplane.sources.Source.fingerprint` (paths,
+        sizes, mtimes, labels) and length are recorded.
+    recipe : Recipe
+        The augmentation; its full description (what
+        :meth:`~preprocessing.Recipe.fingerprint` hashes) is recorded, so a
+        stale cache's message names the entries that changed.
+
+    Returns
+    -------
+    CacheIdentity
+        Samples are uint8 ``(recipe.channels, recipe.size, recipe.size)``.
+    """
+    return CacheIdentity(
+        recipe_fingerprint=recipe.describe(),
+        dataset_fingerprint=source.fingerprint(),
+        sample_shape=(recipe.channels, recipe.size, recipe.size),
+        num_samples=len(source),
+    )
+
+
+class LoaderCache:
+    """The cache side of one loader: store, filler, batch buffers and warnings.
+
+    Parameters
+    ----------
+    config : CacheConfig
+        Where and how.
+    identity : CacheIdentity
+        From :func:`cache_identity`.
+    labels : numpy.ndarray
+        Label of every source index (int64), stored with each record.
+    batch_size : int
+        Largest batch, in samples (the ring buffers' first dimension).
+    prefetch : int
+        Batches prepared ahead; the ring has ``prefetch + 1`` buffers.
+    pinned : bool
+        Allocate the ring in page-locked memory (CUDA loaders).
+
+    Raises
+    ------
+    StaleCacheError
+        The cache was built for other inputs (message: what changed, how to
+        rebuild).
+
+    Notes
+    -----
+    Any other failure to open the cache is a :class:`CacheWarning`; the loader
+    then serves fresh samples (:attr:`enabled` is False).
+    """
+
+    def __init__(
+        self,
+        config: CacheConfig,
+        identity: CacheIdentity,
+        *,
+        labels: np.ndarray,
+        batch_size: int,
+        prefetch: int,
+        pinned: bool = False,
+    ) -> None:
+        self.config = config
+        self.identity = identity
+        self.labels = labels
+        self.batch_size = batch_size
+        self.prefetch = prefetch
+        self.pinned = pinned
+        self.store: CacheStore | None = None
+        self._filler: CacheFiller | None = None
+        self._ring: list[np.ndarray] | None = None
+        self._ring_owners: list[Any] = []
+        self._warned: set[str] = set()
+        self._pending: list[str] = []
+        #: Why the cache is not used (None while it is).
+        self.disabled: str | None = None
+        try:
+            self.store = CacheStore(config, identity)
+        except _CacheStaleError as exc:
+            raise StaleCacheError(str(exc), changes=exc.changes) from exc
+        except CacheError as exc:
+            self.disable(f"the cache is not used: {exc}")
+            self.issue_warnings()
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def enabled(self) -> bool:
+        """True while passes are served through the cache."""
+        return self.store is not None and self.disabled is None
+
+    @property
+    def variants(self) -> int:
+        """Variants per sample; epoch ``e`` serves ``e % variants``."""
+        return self.config.variants
+
+    @property
+    def filler(self) -> CacheFiller:
+        """The filler (created again after :meth:`close`)."""
+        assert self.store is not None
+        if self._filler is None:
+            self._filler = CacheFiller(self.store)
+        return self._filler
+
+    def ring(self) -> list[np.ndarray]:
+        """The ``prefetch + 1`` preallocated uint8 batch buffers (allocated once)."""
+        if self._ring is None:
+            shape = (self.batch_size, *self.identity.sample_shape)
+            if self.pinned:
+                import torch
+
+                tensors = [
+                    torch.empty(shape, dtype=torch.uint8).pin_memory()
+                    for _ in range(self.prefetch + 1)
+                ]
+                self._ring_owners = tensors
+                self._ring = [t.numpy() for t in tensors]
+            else:
+                self._ring = [np.empty(shape, dtype=np.uint8) for _ in range(self.prefetch + 1)]
+        return self._ring
+
+    def disable(self, reason: str) -> None:
+        """Stop using the cache (warned once); the loader goes on with fresh samples."""
+        if self.disabled is None:
+            self.disabled = reason
+            self.warn("disabled", reason)
+
+    def warn(self, key: str, message: str) -> None:
+        """Log ``message`` now and issue it as a :class:`CacheWarning` from the
+        consumer's thread (:meth:`issue_warnings`); once per loader and ``key``."""
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        logger.warning("%s", message)
+        self._pending.append(message)
+
+    def issue_warnings(self) -> None:
+        """``warnings.warn`` what :meth:`warn` collected (call from the user's thread)."""
+        pending, self._pending = self._pending, []
+        for message in pending:
+            warnings.warn(message, CacheWarning, stacklevel=3)
+
+    def end_pass(self, stats: CacheStats) -> None:
+        """Warn (once each) about a cache that stopped admitting or serving during the pass."""
+        store = self.store
+        if store is None:
+            self.issue_warnings()
+            return
+        if self._filler is not None and self._filler.error is not None:
+            self.warn(
+                "fill-failed",
+                f"filling the cache at {store.path} stopped: {self._filler.error}; samples not "
+                "cached are produced fresh",
+            )
+        if store.state.value == "full":
+            self.warn(
+                "full",
+                f"the cache at {store.path} reached max_bytes={self.config.max_bytes} bytes and "
+                f"stops admitting; it serves the samples it holds and the rest are produced "
+                f"fresh every epoch (this pass: {stats.hits} hits, {stats.misses} misses). "
+                "Raise max_bytes to cache every variant (the records it holds are kept)",
+            )
+        self.issue_warnings()
+
+    def producer_factory(self, fresh: ProducerFactory, stats: CacheStats) -> ProducerFactory:
+        """A factory of cache-backed producers for one pass, counting into ``stats``."""
+
+        def factory(context: ProducerContext, requests: Sequence[BatchRequest]) -> BatchProducer:
+            return CachedBatchProducer(context, requests, cache=self, fresh=fresh, stats=stats)
+
+        return factory
+
+    def close(self) -> None:
+        """Write what is queued, stop the filler's thread and release the store
+        (idempotent; the next pass opens them again)."""
+        filler, self._filler = self._filler, None
+        if filler is not None:
+            filler.close()
+        if self.store is not None:
+            self.store.close()
+
+
+class _Failure:
+    """An exception raised in the worker, to re-raise in the consumer."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+class CachedBatchProducer:
+    """Serves one pass from the cache, fresh samples on misses (see module docs).
+
+    Parameters
+    ----------
+    context : ProducerContext
+        The pass (epoch gives the variant; prefetch bounds the work ahead).
+    requests : sequence of BatchRequest
+        The batches, in order.
+    cache : LoaderCache
+        The loader's store, filler and ring buffers.
+    fresh : ProducerFactory
+        Produces samples the cache does not hold (DALI by default).
+    stats : CacheStats
+        Counts of this pass (updated while serving).
+    """
+
+    def __init__(
+        self,
+        context: ProducerContext,
+        requests: Sequence[BatchRequest],
+        *,
+        cache: LoaderCache,
+        fresh: ProducerFactory,
+        stats: CacheStats,
+    ) -> None:
+        self._ctx = context
+        self._requests = list(requests)
+        self._cache = cache
+        self._fresh_factory = fresh
+        self.stats = stats
+        self._variant = context.epoch % cache.variants
+        self._ring = cache.ring()
+        self._free: queue.Queue[int] = queue.Queue()
+        for slot in range(len(self._ring)):
+            self._free.put(slot)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, context.prefetch))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fresh: BatchProducer | None = None
+        self._fresh_iter: Iterator[ProducedBatch] | None = None
+        self._written_before = 0
+        if context.device_id is not None:
+            import torch
+
+            self._device: torch.device | None = torch.device("cuda", context.device_id)
+        else:
+            self._device = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the worker (it finishes the batch it is on) and its fresh producer.
+        Idempotent."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            while thread.is_alive():
+                self._drain()
+                thread.join(timeout=0.05)
+            self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[ProducedBatch]:
+        if self._thread is not None:
+            raise RuntimeError("a CachedBatchProducer iterates once; create a new one")
+        self._thread = threading.Thread(target=self._work, name="dataplane-cache", daemon=True)
+        self._thread.start()
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.error
+                batch, slot = item
+                yield batch
+                # The consumer asked for the next batch: it is done with this buffer.
+                if slot is not None:
+                    self._free.put(slot)
+        finally:
+            self.close()
+
+    # -- worker --------------------------------------------------------------------------
+    def _put(self, item: Any) -> bool:
+        """Queue ``item`` for the consumer; False if asked to stop meanwhile."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _take_slot(self) -> int | None:
+        """A free ring buffer; None if asked to stop meanwhile."""
+        while not self._stop.is_set():
+            try:
+                return self._free.get(timeout=0.05)
+            except queue.Empty:
+                continue
+        return None
+
+    def _work(self) -> None:
+        try:
+            finished = self._serve()
+            if finished:
+                self._finish_pass()
+                self._put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
+            self._put(_Failure(exc))
+        finally:
+            self._close_fresh()
+
+    def _close_fresh(self) -> None:
+        """Close the fresh producer from the worker thread (the one iterating it)."""
+        it, self._fresh_iter = self._fresh_iter, None
+        producer, self._fresh = self._fresh, None
+        if it is not None:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+        if producer is not None:
+            producer.close()
+
+    def _start_fresh(self, requests: list[BatchRequest]) -> None:
+        self._close_fresh()
+        if requests:
+            self._fresh = self._fresh_factory(self._ctx, requests)
+            self._fresh_iter = iter(self._fresh)
+
+    def _next_fresh(self, position: int) -> ProducedBatch:
+        assert self._fresh_iter is not None
+        produced = next(self._fresh_iter)
+        if produced.position != position:  # pragma: no cover - a broken producer
+            raise RuntimeError(
+                f"the fresh producer yielded batch {produced.position} where {position} was due"
+            )
+        return produced
+
+    def _serve(self) -> bool:
+        """Serve every request (worker thread); False if stopped early."""
+        cache = self._cache
+        store = cache.store
+        assert store is not None
+        try:
+            done = store.completed(self._variant)
+        except CacheError as exc:
+            return self._serve_fresh(0, f"reading the cache at {store.path} failed: {exc}")
+        self._written_before = cache.filler.stats.written
+        planned: dict[int, np.ndarray] = {}  # request number -> rows planned as misses
+        fresh_requests = []
+        for k, request in enumerate(self._requests):
+            rows = np.flatnonzero(~done[request.indices])
+            if rows.size:
+                planned[k] = rows
+                fresh_requests.append(BatchRequest(request.position, request.indices[rows]))
+        self._start_fresh(fresh_requests)
+        for k, request in enumerate(self._requests):
+            if self._stop.is_set():
+                return False
+            slot = self._take_slot()
+            if slot is None:
+                return False
+            buffer = self._ring[slot]
+            idx = request.indices
+            corrupt_before = store.stats.corrupt
+            if k in planned and planned[k].size == idx.size:
+                found = np.zeros(idx.size, dtype=bool)  # none was cached: no lookup
+            else:
+                try:
+                    found = store.get_batch(idx, self._variant, buffer)
+                except CacheError as exc:
+                    self._free.put(slot)
+                    return self._serve_fresh(k, f"reading the cache at {store.path} failed: {exc}")
+            self.stats.corrupt += store.stats.corrupt - corrupt_before
+            fresh = self._next_fresh(request.position) if k in planned else None
+            batch, held = self._assemble(request, buffer, found, planned.get(k), fresh)
+            if not held:  # the batch does not view the buffer (fresh, or copied to the GPU)
+                self._free.put(slot)
+            if not self._put((batch, slot if held else None)):
+                return False
+        return True
+
+    def _serve_fresh(self, start: int, reason: str) -> bool:
+        """The cache became unreadable: produce requests ``start..`` fresh, stop using it."""
+        self._cache.disable(f"{reason}; the loader goes on with fresh samples")
+        self._start_fresh(self._requests[start:])
+        for request in self._requests[start:]:
+            if self._stop.is_set():
+                return False
+            produced = self._next_fresh(request.position)
+            self.stats.misses += int(request.indices.size)
+            self.stats.fresh += int(produced.indices.size)
+            if not self._put((produced, None)):
+                return False
+        return True
+
+    def _wrap(self, host: np.ndarray) -> tuple[torch.Tensor, bool]:
+        """``host`` rows as a tensor on the target device, and whether it views ``host``."""
+        import torch
+
+        images = torch.from_numpy(host)  # no copy
+        if self._device is None:
+            return images, True
+        return images.to(self._device), False  # from pinned memory; complete on return
+
+    def _assemble(
+        self,
+        request: BatchRequest,
+        buffer: np.ndarray,
+        found: np.ndarray,
+        planned_rows: np.ndarray | None,
+        fresh: ProducedBatch | None,
+    ) -> tuple[ProducedBatch, bool]:
+        """The batch of ``request`` (cached rows, fresh rows merged in), and whether it
+        views ``buffer`` (which then stays taken until the consumer moves on).
+
+        Rows are merged on the host with numpy for a CPU loader (torch's CPU kernels
+        would start an OpenMP team competing with the loader's threads), on the GPU
+        with torch for a CUDA loader.
+        """
+        idx = request.indices
+        n = int(idx.size)
+        hits = int(found.sum())
+        self.stats.hits += hits
+        self.stats.misses += n - hits
+        if hits == n:
+            images, held = self._wrap(buffer[:n])
+            return ProducedBatch(request.position, images, idx), held
+        if (
+            hits == 0
+            and fresh is not None
+            and fresh.indices.size == n
+            and np.array_equal(fresh.indices, idx)
+        ):  # nothing cached: the fresh batch is the batch (no copy)
+            self.stats.fresh += n
+            self._submit(idx, fresh.images, None)
+            return ProducedBatch(request.position, fresh.images, idx, fresh.skipped), False
+        keep = np.ones(n, dtype=bool)
+        skipped: list[SkippedSample] = []
+        parts: list[tuple[np.ndarray, torch.Tensor, np.ndarray]] = []  # (rows, images, src)
+        covered = found.copy()
+        if fresh is not None and planned_rows is not None:
+            skipped.extend(fresh.skipped)
+            self.stats.fresh += int(fresh.indices.size)
+            rows, src = _match(idx, planned_rows, fresh.indices)
+            absent = np.setdiff1d(planned_rows, rows, assume_unique=True)
+            take = ~found[rows]
+            parts.append((rows[take], fresh.images, src[take]))
+            covered[rows] = True
+            # Planned rows absent from the fresh output were skipped (corrupt sources).
+            keep[absent[~found[absent]]] = False
+            covered[absent] = True
+        unplanned = np.flatnonzero(~covered)
+        if unplanned.size:  # expected in the cache but not served (corrupt, dropped)
+            extra = self._produce_now(BatchRequest(request.position, idx[unplanned]))
+            skipped.extend(extra.skipped)
+            self.stats.fresh += int(extra.indices.size)
+            rows, src = _match(idx, unplanned, extra.indices)
+            parts.append((rows, extra.images, src))
+            keep[np.setdiff1d(unplanned, rows, assume_unique=True)] = False
+        parts = [part for part in parts if part[0].size]
+        if self._device is None:
+            host = buffer[:n]
+            for rows, source, src in parts:
+                host[rows] = source.numpy()[src]
+                self._submit(idx[rows], source, src)
+            if not keep.all():
+                host, idx = host[keep], idx[keep]  # a copy: the buffer is free again
+                images, held = self._wrap(host)
+                return ProducedBatch(request.position, images, idx, tuple(skipped)), False
+            images, held = self._wrap(host)
+            return ProducedBatch(request.position, images, idx, tuple(skipped)), held
+        import torch
+
+        images, held = self._wrap(buffer[:n])
+        for rows, source, src in parts:
+            images[torch.from_numpy(rows).to(images.device)] = source[
+                torch.from_numpy(src).to(source.device)
+            ].to(images.device)
+            self._submit(idx[rows], source, src)
+        if not keep.all():
+            images = images[torch.from_numpy(keep).to(images.device)]
+            idx = idx[keep]
+        return ProducedBatch(request.position, images, idx, tuple(skipped)), held
+
+    def _produce_now(self, request: BatchRequest) -> ProducedBatch:
+        """Produce one batch fresh at once (samples the cache was expected to hold)."""
+        seed = (self._ctx.seed + 1_000_003 * (request.position + 1)) % (2**31 - 1)
+        context = dataclasses.replace(self._ctx, prefetch=1, seed=seed, state=None)
+        producer = self._fresh_factory(context, [request])
+        try:
+            for produced in producer:
+                return produced
+        finally:
+            producer.close()
+        raise RuntimeError("the fresh producer yielded no batch")  # pragma: no cover
+
+    def _submit(
+        self, indices: np.ndarray, images: torch.Tensor, src: np.ndarray | None
+    ) -> None:
+        """Offer fresh rows ``src`` (all when None) of ``images`` (samples ``indices``)
+        to the filler. The filler keeps the array it is given: a new array of the
+        rows, or the fresh batch itself, which nobody writes into (the producer
+        allocates a new one per batch, the consumer normalizes into a new tensor)."""
+        filler = self._cache.filler
+        n = int(indices.size)
+        if not filler.admitting:
+            self.stats.fill_dropped += n
+            return
+        pixels = images.cpu().numpy()
+        if src is not None:
+            pixels = pixels[src]  # a new array
+        if filler.submit(indices, self._variant, pixels, self._cache.labels[indices], copy=False):
+            self.stats.fill_queued += n
+        else:
+            self.stats.fill_dropped += n
+
+    def _finish_pass(self) -> None:
+        """Wait for the pass's queued writes; final counts."""
+        cache = self._cache
+        if cache._filler is not None and cache.enabled:
+            if not cache._filler.flush(timeout=FLUSH_TIMEOUT_S):
+                logger.warning(
+                    "the cache filler did not finish writing within %.0f s; the pass ends anyway",
+                    FLUSH_TIMEOUT_S,
+                )
+            self.stats.filled = cache._filler.stats.written - self._written_before
+        if cache.store is not None:
+            self.stats.state = cache.store.state.value
+
+
+def _match(
+    idx: np.ndarray, rows: np.ndarray, produced: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pair the batch ``rows`` asked of a producer with the rows it produced.
+
+    A producer yields the asked samples in order, minus skipped ones. Returns
+    ``(matched rows, their row in the produced batch)``.
+    """
+    got = np.empty(min(rows.size, produced.size), dtype=np.int64)
+    src = np.empty_like(got)
+    m = j = 0
+    produced_list = produced.tolist()
+    for r in rows.tolist():
+        if j < len(produced_list) and produced_list[j] == int(idx[r]):
+            got[m], src[m] = r, j
+            m += 1
+            j += 1
+    return got[:m], src[:m]
+
+
+__all__ = ["CachedBatchProducer", "LoaderCache", "cache_identity"]
