@@ -7,7 +7,8 @@ pipeline under the service, checks its answer against pandas, prints where the
 pipeline's temporary files went (tier, kind, files, bytes, I/O) and exits.
 
 Directories not given (nor set in Dask config) go below a fresh temporary directory,
-which ``--demo`` removes at the end.
+which ``--demo`` removes at the end; without ``--demo`` it is kept, so its I/O logs can
+train the next model.
 """
 
 from __future__ import annotations
@@ -197,11 +198,12 @@ def serve_command(
                 click.echo(f"placement service on {cluster.scheduler_address}")
                 click.echo(f"  SSD {ssd} (budget {capacity}), HDD {hdd}, logs {logs}")
                 click.echo("  connect with distributed.Client(address); Ctrl-C stops it")
-                try:
-                    while True:
-                        time.sleep(3600)
-                except KeyboardInterrupt:
-                    click.echo("stopping")
+                while True:
+                    time.sleep(3600)
+    except KeyboardInterrupt:
+        click.echo(
+            f"stopped; the I/O logs stay in {logs} (retrain with `dataplane placement train`)"
+        )
     except PlacementError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
