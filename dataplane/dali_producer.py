@@ -6,12 +6,9 @@ order, shard and resume position are exactly the plan's.
 
 Threads and memory
 ------------------
-One worker thread (``dataplane-producer``) drives the pipeline: it hands the
-bytes of batch ``k+1`` to DALI and starts it, copies batch ``k`` out of DALI into
+One worker thread (``dataplane-producer``) drives the pipeline: it reads the
+bytes of batch ``k+1`` and starts DALI on it, copies batch ``k`` out of DALI into
 a torch tensor, and puts it on a queue of at most ``prefetch`` finished batches.
-A second thread (``dataplane-read-ahead``) reads the bytes of the batch after the
-one just handed to DALI, so file reads overlap decoding (at most two batches of
-encoded bytes are held).
 On the CPU, DALI itself runs one batch at a time (``prefetch_queue_depth=1``):
 with deeper DALI queues a decode failure can crash the process (observed with
 DALI 2.4's CPU decoders on corrupt PNGs), and the worker thread gives nearly the
@@ -45,7 +42,6 @@ is treated like a corrupt sample. Nothing is ever written to the source.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import logging
 import queue
 import re
@@ -81,25 +77,8 @@ def _dali_reason(exc: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
-def _read_many(source: Any, indices: list[int]) -> list[bytes | BaseException]:
-    """Encoded bytes of ``indices`` in order; a failed read is returned, not raised."""
-    out: list[bytes | BaseException] = []
-    for i in indices:
-        try:
-            out.append(source.read(i))
-        except Exception as exc:  # re-raised or reported by the feeder, in order
-            out.append(exc)
-    return out
-
-
 class _Feeder:
-    """``external_source`` callback: encoded bytes of the planned batches, in order.
-
-    Read-ahead: when batch ``k`` is handed to DALI, the bytes of batch ``k + 1`` are
-    read on ``reader`` (one helper thread), so file reads overlap DALI's work instead
-    of stalling it (file reads release the GIL). Only raw bytes are read ahead; every
-    check and every exclusion happens here, in order, exactly as without read-ahead.
-    """
+    """``external_source`` callback: encoded bytes of the planned batches, in order."""
 
     def __init__(
         self,
@@ -107,7 +86,6 @@ class _Feeder:
         requests: Sequence[BatchRequest],
         start: int,
         excluded: dict[int, SkippedSample],
-        reader: concurrent.futures.Executor | None = None,
     ) -> None:
         self._source = context.source
         self._on_corrupt = context.on_corrupt
@@ -115,34 +93,10 @@ class _Feeder:
         self._next = start
         self._excluded = excluded
         self._checked = context.checked
-        self._reader = reader
-        self._ahead: tuple[int, concurrent.futures.Future[list[bytes | BaseException]]] | None = None
         #: (request number, indices) of batches handed to DALI, not yet returned.
         self.in_flight: collections.deque[tuple[int, np.ndarray]] = collections.deque()
         #: First corrupt sample per request number (raised when that batch is due).
         self.read_errors: dict[int, DataError] = {}
-
-    def _read(self, k: int) -> list[bytes | BaseException]:
-        """Bytes of request ``k`` (from the read-ahead when it holds them); starts
-        reading request ``k + 1``."""
-        ahead, self._ahead = self._ahead, None
-        indices = self._requests[k].indices.tolist()
-        if ahead is not None and ahead[0] == k:
-            raws = ahead[1].result()
-        else:
-            if ahead is not None:
-                ahead[1].cancel()
-            raws = _read_many(self._source, indices)
-        if self._reader is not None and k + 1 < len(self._requests):
-            try:
-                future = self._reader.submit(
-                    _read_many, self._source, self._requests[k + 1].indices.tolist()
-                )
-            except RuntimeError:  # the producer is closing: read on demand instead
-                pass
-            else:
-                self._ahead = (k + 1, future)
-        return raws
 
     def __call__(self) -> list[np.ndarray]:
         while self._next < len(self._requests):
@@ -150,20 +104,18 @@ class _Feeder:
             self._next += 1
             indices: list[int] = []
             data: list[np.ndarray] = []
-            raws = self._read(k)
-            for i, raw in zip(self._requests[k].indices.tolist(), raws, strict=True):
+            for i in self._requests[k].indices.tolist():
                 if i in self._excluded:
                     continue
-                if isinstance(raw, OSError):
-                    raw, reason = b"", f"unreadable: {raw}"
-                elif isinstance(raw, BaseException):
-                    raise raw
-                else:
+                try:
+                    raw = self._source.read(i)
                     reason = None
                     if self._checked is None or not self._checked[i]:
                         reason = check_encoded(raw)
                         if reason is None and self._checked is not None:
                             self._checked[i] = True
+                except OSError as exc:
+                    raw, reason = b"", f"unreadable: {exc}"
                 if reason is not None:
                     path = self._source.describe(i)
                     if self._on_corrupt is OnCorrupt.RAISE:
@@ -187,12 +139,6 @@ class _Feeder:
                 self.in_flight.append((k, np.asarray(indices, dtype=np.int64)))
                 return data
         raise StopIteration
-
-    def discard(self) -> None:
-        """Drop a pending read-ahead (the feeder is being replaced)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead[1].cancel()
 
 
 class _SourceSlot:
@@ -239,8 +185,6 @@ class DaliBatchProducer:
         self._stop = threading.Event()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, context.prefetch))
         self._thread: threading.Thread | None = None
-        #: Reads the next batch's bytes while DALI works (see :class:`_Feeder`).
-        self._reader: concurrent.futures.ThreadPoolExecutor | None = None
 
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:
@@ -252,9 +196,6 @@ class DaliBatchProducer:
                 self._drain()
                 thread.join(timeout=0.05)
             self._drain()
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.shutdown(wait=True, cancel_futures=True)
 
     def _drain(self) -> None:
         try:
@@ -417,11 +358,7 @@ class DaliBatchProducer:
         delivered = 0  # requests delivered so far
         reported: set[int] = set()
         while delivered < len(self._requests) and not self._stop.is_set():
-            if self._reader is None:
-                self._reader = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="dataplane-read-ahead"
-                )
-            feeder = _Feeder(self._ctx, self._requests, delivered, self._excluded, self._reader)
+            feeder = _Feeder(self._ctx, self._requests, delivered, self._excluded)
             self._pipe, slot = self._take_pipeline()
             slot.feeder = feeder
             finished = False
@@ -464,7 +401,6 @@ class DaliBatchProducer:
                 self._diagnose(suspects, exc)
                 # Resume at the first request not yet delivered, corrupt samples excluded.
             finally:
-                feeder.discard()
                 slot.feeder = None
                 self._pipe = None
 
