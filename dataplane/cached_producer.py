@@ -64,7 +64,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
-import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -73,6 +72,7 @@ import numpy as np
 
 from cache import CacheConfig, CacheError, CacheFiller, CacheIdentity, CacheStore
 from cache import StaleCacheError as _CacheStaleError
+from dataplane.background import BackgroundProducer
 from dataplane.errors import CacheWarning, StaleCacheError
 from dataplane.producer import (
     BatchProducer,
@@ -285,17 +285,7 @@ class LoaderCache:
             self.store.close()
 
 
-class _Failure:
-    """An exception raised in the worker, to re-raise in the consumer."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-_DONE = object()
-
-
-class CachedBatchProducer:
+class CachedBatchProducer(BackgroundProducer):
     """Serves one pass from the cache, fresh samples on misses (see module docs).
 
     Parameters
@@ -331,9 +321,7 @@ class CachedBatchProducer:
         self._free: queue.Queue[int] = queue.Queue()
         for slot in range(len(self._ring)):
             self._free.put(slot)
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, context.prefetch))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(prefetch=context.prefetch, thread_name="dataplane-cache")
         self._fresh: BatchProducer | None = None
         self._fresh_iter: Iterator[ProducedBatch] | None = None
         self._written_before = 0
@@ -344,78 +332,32 @@ class CachedBatchProducer:
         else:
             self._device = None
 
-    # -- lifecycle ---------------------------------------------------------------------
-    def close(self) -> None:
-        """Stop the worker (it finishes the batch it is on) and its fresh producer.
-        Idempotent."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            while thread.is_alive():
-                self._drain()
-                thread.join(timeout=0.05)
-            self._drain()
+    # -- the worker (see dataplane.background) --------------------------------------
+    def _deliver(self, item: tuple[ProducedBatch, int | None]) -> ProducedBatch:
+        return item[0]
 
-    def _drain(self) -> None:
-        try:
-            while True:
-                self._queue.get_nowait()
-        except queue.Empty:
-            pass
+    def _release(self, item: tuple[ProducedBatch, int | None]) -> None:
+        # The consumer asked for the next batch: it is done with this buffer.
+        if item[1] is not None:
+            self._free.put(item[1])
 
-    def __del__(self) -> None:
-        self.close()
+    def _run(self) -> bool:
+        finished = self._serve()
+        if finished:
+            self._finish_pass()
+        return finished
 
-    def __iter__(self) -> Iterator[ProducedBatch]:
-        if self._thread is not None:
-            raise RuntimeError("a CachedBatchProducer iterates once; create a new one")
-        self._thread = threading.Thread(target=self._work, name="dataplane-cache", daemon=True)
-        self._thread.start()
-        try:
-            while True:
-                item = self._queue.get()
-                if item is _DONE:
-                    return
-                if isinstance(item, _Failure):
-                    raise item.error
-                batch, slot = item
-                yield batch
-                # The consumer asked for the next batch: it is done with this buffer.
-                if slot is not None:
-                    self._free.put(slot)
-        finally:
-            self.close()
-
-    # -- worker --------------------------------------------------------------------------
-    def _put(self, item: Any) -> bool:
-        """Queue ``item`` for the consumer; False if asked to stop meanwhile."""
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def _cleanup(self) -> None:
+        self._close_fresh()
 
     def _take_slot(self) -> int | None:
         """A free ring buffer; None if asked to stop meanwhile."""
-        while not self._stop.is_set():
+        while not self.stopping:
             try:
                 return self._free.get(timeout=0.05)
             except queue.Empty:
                 continue
         return None
-
-    def _work(self) -> None:
-        try:
-            finished = self._serve()
-            if finished:
-                self._finish_pass()
-                self._put(_DONE)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
-            self._put(_Failure(exc))
-        finally:
-            self._close_fresh()
 
     def _close_fresh(self) -> None:
         """Close the fresh producer from the worker thread (the one iterating it)."""
@@ -462,7 +404,7 @@ class CachedBatchProducer:
                 fresh_requests.append(BatchRequest(request.position, request.indices[rows]))
         self._start_fresh(fresh_requests)
         for k, request in enumerate(self._requests):
-            if self._stop.is_set():
+            if self.stopping:
                 return False
             slot = self._take_slot()
             if slot is None:
@@ -492,7 +434,7 @@ class CachedBatchProducer:
         self._cache.disable(f"{reason}; the loader goes on with fresh samples")
         self._start_fresh(self._requests[start:])
         for request in self._requests[start:]:
-            if self._stop.is_set():
+            if self.stopping:
                 return False
             produced = self._next_fresh(request.position)
             self.stats.misses += int(request.indices.size)

@@ -43,14 +43,13 @@ from __future__ import annotations
 
 import collections
 import logging
-import queue
 import re
-import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dataplane.background import BackgroundProducer
 from dataplane.errors import DataError, PipelineError
 from dataplane.producer import (
     BatchRequest,
@@ -154,17 +153,7 @@ class _SourceSlot:
         return self.feeder()
 
 
-class _Failure:
-    """An exception raised in the worker, to re-raise in the consumer."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-_DONE = object()
-
-
-class DaliBatchProducer:
+class DaliBatchProducer(BackgroundProducer):
     """Produces batches with the recipe's DALI pipeline (see module docs).
 
     Parameters
@@ -182,68 +171,19 @@ class DaliBatchProducer:
         self._pipe: Any = None
         self._probe: Any = None
         self._rebuilds = 0
-        self._stop = threading.Event()
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, context.prefetch))
-        self._thread: threading.Thread | None = None
+        super().__init__(prefetch=context.prefetch, thread_name="dataplane-producer")
 
-    # -- lifecycle -----------------------------------------------------------------
-    def close(self) -> None:
-        """Stop the worker and release the pipelines (DALI's threads). Idempotent."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            while thread.is_alive():
-                self._drain()
-                thread.join(timeout=0.05)
-            self._drain()
+    # -- the worker (see dataplane.background) --------------------------------------
+    def _run(self) -> bool:
+        for batch in self._produce():
+            if not self._put(batch):
+                return False
+        return True
 
-    def _drain(self) -> None:
-        try:
-            while True:
-                self._queue.get_nowait()
-        except queue.Empty:
-            pass
-
-    def __del__(self) -> None:
-        self.close()
-
-    def __iter__(self) -> Iterator[ProducedBatch]:
-        if self._thread is not None:
-            raise RuntimeError("a DaliBatchProducer iterates once; create a new one")
-        self._thread = threading.Thread(target=self._work, name="dataplane-producer", daemon=True)
-        self._thread.start()
-        try:
-            while True:
-                item = self._queue.get()
-                if item is _DONE:
-                    return
-                if isinstance(item, _Failure):
-                    raise item.error
-                yield item
-        finally:
-            self.close()
-
-    def _put(self, item: Any) -> bool:
-        """Queue ``item`` for the consumer; False if asked to stop meanwhile."""
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _work(self) -> None:
-        try:
-            for batch in self._produce():
-                if not self._put(batch):
-                    return
-            self._put(_DONE)
-        except BaseException as exc:  # handed to the consumer, re-raised there
-            self._put(_Failure(exc))
-        finally:
-            self._pipe = None
-            self._probe = None
+    def _cleanup(self) -> None:
+        # Release the pipelines (DALI's threads) with the worker.
+        self._pipe = None
+        self._probe = None
 
     def _build(self, batch_size: int, source: Any, prefetch: int, seed: int) -> Any:
         from preprocessing import build_pipeline
@@ -357,14 +297,14 @@ class DaliBatchProducer:
         """The batches, in order (runs in the worker thread)."""
         delivered = 0  # requests delivered so far
         reported: set[int] = set()
-        while delivered < len(self._requests) and not self._stop.is_set():
+        while delivered < len(self._requests) and not self.stopping:
             feeder = _Feeder(self._ctx, self._requests, delivered, self._excluded)
             self._pipe, slot = self._take_pipeline()
             slot.feeder = feeder
             finished = False
             try:
                 self._pipe.schedule_run()
-                while not self._stop.is_set():
+                while not self.stopping:
                     try:
                         outputs = self._pipe.outputs()
                     except StopIteration:
@@ -382,7 +322,7 @@ class DaliBatchProducer:
                         yield self._batch(delivered, images, indices, k, reported)
                         delivered += 1
                 # Requests after the last non-empty one were entirely skipped.
-                while delivered < len(self._requests) and not self._stop.is_set():
+                while delivered < len(self._requests) and not self.stopping:
                     if delivered in feeder.read_errors:
                         raise feeder.read_errors[delivered]
                     yield self._batch(delivered, None, None, -1, reported)
