@@ -4,7 +4,8 @@ Fashion-MNIST from Debian's IDX files (real labels; the 10k test split is the
 validation set), in two configurations:
 
 ``28``
-    28x28 PNG, all 60k training images, the small CNN.
+    28x28 PNG, all 60k training images (or the first ``--subset-28``), the
+    small CNN.
 ``224``
     224x224 JPEG re-encoded at ingest, the patchify-stem CNN. To be feasible on
     a 2-core CPU machine this uses the first ``--subset-224`` (default 10k)
@@ -32,7 +33,11 @@ script prints what it measures and never asserts on time.
 
 The cache of ``perfect`` is filled while training (the first ``K`` epochs of
 phase 1 run the DALI recipe and write it): that fill time is part of the
-``perfect`` wall time here, as it is for a user running it once.
+``perfect`` wall time here, as it is for a user running it once. Phase 1 of
+``perfect`` always reads the real LMDB cache
+(``dataplane.Loader(..., cache=CacheConfig(...))``, built by
+:func:`trainers.data.build_loaders`); its folder is
+``--cache-root/fmnist-<config>``, emptied before each ``perfect`` run.
 
 Each (configuration, schedule) can run as its own process so that no single
 run takes long on a busy machine; results accumulate in
@@ -61,7 +66,6 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np
 import torch
 
 from benchmarks._common import RESULTS_DIR, format_table, machine_info, write_results
@@ -91,7 +95,7 @@ def _configs(args: argparse.Namespace) -> dict[str, Config]:
             "small-cnn",
             28,
             False,
-            None,
+            args.subset_28,
             args.epochs_28,
             256,
             0.05,
@@ -113,17 +117,41 @@ def _configs(args: argparse.Namespace) -> dict[str, Config]:
     }
 
 
-def _splits(cfg: Config, data_root: Path) -> Any:
-    from trainers.data import resolve_dataset
+FMNIST_TEST_IMAGES = 10000
 
-    return resolve_dataset(
+
+def _splits(cfg: Config, data_root: Path) -> Any:
+    """The configuration's training folder (its first ``subset`` images) and the full test split.
+
+    Ingest's ``limit`` cuts both splits, so it ingests at least the 10k test
+    images and, for a smaller ``subset``, links the first ``subset`` training
+    images (ingest names them by index) into a ``train-first<N>`` folder.
+    """
+    from trainers.data import DatasetSplits, resolve_dataset
+
+    limit = None if cfg.subset is None else max(cfg.subset, FMNIST_TEST_IMAGES)
+    splits = resolve_dataset(
         "fmnist",
         data_root=data_root,
         jpeg=cfg.jpeg,
         size=cfg.size if cfg.jpeg else None,
-        limit=cfg.subset,
+        limit=limit,
         progress=False,
     )
+    if cfg.subset is None or cfg.subset >= (limit or 0):
+        return splits
+    subset = splits.train.parent / f"train-first{cfg.subset}"
+    done = subset / ".complete"
+    if not done.is_file():
+        if subset.exists():
+            shutil.rmtree(subset)
+        for class_dir in sorted(p for p in splits.train.iterdir() if p.is_dir()):
+            (subset / class_dir.name).mkdir(parents=True)
+            for image in class_dir.iterdir():
+                if image.stem.isdigit() and int(image.stem) < cfg.subset:
+                    os.link(image, subset / class_dir.name / image.name)
+        done.touch()
+    return DatasetSplits(subset, splits.val)
 
 
 def _recipes(cfg: Config, channels: int) -> tuple[Any, Any]:
@@ -134,102 +162,32 @@ def _recipes(cfg: Config, channels: int) -> tuple[Any, Any]:
     return train, evaluation
 
 
-class InMemoryVariantLoader:
-    """Stand-in for ``Loader(..., cache=CacheConfig(variants=K))`` while the LMDB cache is absent.
-
-    Same serving semantics as the cache issue describes: epoch ``e`` serves
-    variant ``e mod K`` of every sample, in epoch ``e``'s shuffled order; the
-    first pass of each variant runs the DALI loader and stores its augmented
-    uint8 samples (here in RAM, keyed by sample index) while serving them;
-    later passes gather the stored samples and normalize them with the same
-    function the Loader uses. It is optimistic against LMDB (no page reads,
-    no checksums), so treat its numbers as an upper bound for the cache.
-    """
-
-    def __init__(self, loader: Any, variants: int) -> None:
-        from preprocessing import normalize
-
-        self.loader = loader
-        self.variants = variants
-        self._normalize = normalize
-        self.recipe = loader.recipe
-        self.source = loader.source
-        self.labels = np.asarray(loader.source.labels(), dtype=np.int64)
-        side = self.recipe.size
-        shape = (variants, len(loader.source), self.recipe.channels, side, side)
-        self.store = np.zeros(shape, dtype=np.uint8)
-        self.filled = [False] * variants
-        self._mean = torch.tensor(self.recipe.mean).view(1, -1, 1, 1)
-        self._std = torch.tensor(self.recipe.std).view(1, -1, 1, 1)
-        self.epoch = 0
-        self.position = 0
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch, self.position = epoch, 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-
-    def __iter__(self) -> Any:
-        v = self.epoch % self.variants
-        plan = self.loader.plan
-        order = plan.order(self.epoch)
-        if not self.filled[v]:
-            self.loader.set_epoch(self.epoch)
-            for k, (images, labels) in enumerate(self.loader):
-                idx = plan.batch(self.epoch, k, order)
-                u8 = ((images * self._std + self._mean) * 255.0).round_().clamp_(0, 255)
-                self.store[v, idx] = u8.to(torch.uint8).numpy()
-                self.position = k + 1
-                yield images, labels
-            self.filled[v] = True
-        else:
-            for k in range(self.position, len(self)):
-                idx = plan.batch(self.epoch, k, order)
-                images = self._normalize(torch.from_numpy(self.store[v, idx]), self.recipe)
-                self.position = k + 1
-                yield images, torch.from_numpy(self.labels[idx])
-
-
 def _loaders(
     cfg: Config, schedule: str, splits: Any, args: argparse.Namespace, cache_dir: Path
 ) -> Any:
-    from trainers.data import build_loaders, cache_available
+    """The schedule's loaders from :func:`trainers.data.build_loaders`.
+
+    ``perfect`` phase 1 is ``dataplane.Loader(..., cache=CacheConfig(cache_dir,
+    variants=K))``: the real LMDB cache, filled by the first ``K`` epochs.
+    """
+    from trainers.data import build_loaders
 
     train_recipe, eval_recipe = _recipes(cfg, 1)
-    backend = args.phase1_backend
-    if backend == "auto":
-        backend = "cache" if cache_available() else "memory"
-    memory = schedule == "perfect" and backend == "memory"
-    common: dict[str, Any] = {
-        "batch_size": cfg.batch_size,
-        "val_batch_size": 500,
-        "seed": args.seed,
-        "size": cfg.size,
-        "channels": 1,
-        "device": args.device,
-        "recipe": train_recipe,
-        "eval_recipe": eval_recipe,
-    }
-    loaders = build_loaders(
-        "fresh" if memory else schedule,
+    return build_loaders(
+        schedule,
         splits,
+        batch_size=cfg.batch_size,
+        val_batch_size=500,
+        seed=args.seed,
+        size=cfg.size,
+        channels=1,
+        device=args.device,
+        recipe=train_recipe,
+        eval_recipe=eval_recipe,
         cache_dir=cache_dir,
         variants=args.variants,
         transform_options={"area": cfg.area},
-        **common,
     )
-    if memory:
-        loaders.fresh = build_loaders("fresh", splits, **common).train
-        loaders.train = InMemoryVariantLoader(loaders.train, args.variants)
-    loaders.phase1_backend = backend if schedule == "perfect" else None
-    return loaders
 
 
 def run_schedule(cfg: Config, schedule: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -274,7 +232,7 @@ def run_schedule(cfg: Config, schedule: str, args: argparse.Namespace) -> dict[s
         extra={
             "config": cfg.name,
             "variants": args.variants if schedule == "perfect" else None,
-            "phase1_backend": loaders.phase1_backend,
+            "phase1_backend": "lmdb-cache" if schedule == "perfect" else None,
             "area": list(cfg.area),
             "train_samples": cfg.subset or 60000,
         },
@@ -542,7 +500,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--epochs-224", type=int, default=10)
     p.add_argument("--target-28", type=float, default=0.87)
     p.add_argument("--target-224", type=float, default=0.82)
-    p.add_argument("--subset-224", type=int, default=10000)
+    p.add_argument(
+        "--subset-28", type=int, default=None, help="first N training images (default: all 60k)"
+    )
+    p.add_argument("--subset-224", type=int, default=10000, help="first N training images")
     p.add_argument("--variants", type=int, default=2)
     p.add_argument("--phase1-fraction", type=float, default=0.6)
     p.add_argument("--patience", type=int, default=2)
@@ -553,13 +514,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-root", type=Path, default=Path(os.environ.get("DATAPLANE_DATA", "data")))
     p.add_argument("--cache-root", type=Path, default=Path("data") / "cache")
     p.add_argument("--progress", action="store_true")
-    p.add_argument(
-        "--phase1-backend",
-        choices=["auto", "cache", "memory"],
-        default="auto",
-        help="perfect phase 1: the LMDB cache through dataplane.CacheConfig, or an in-memory "
-        "stand-in with the same serving semantics (auto: the cache when dataplane has it)",
-    )
     args = p.parse_args(argv)
     configs = _configs(args)
     chosen = list(configs) if args.config == "both" else [args.config]
