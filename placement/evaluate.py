@@ -55,14 +55,14 @@ from placement.features import (
     log_density,
 )
 from placement.model import DensityModel, ModelParams
-from placement.policy import (
-    AdaptiveThresholdPolicy,
-    AllHDDPolicy,
-    FirstFitPolicy,
-    SmallFilesFirstPolicy,
-    StageHistoryPolicy,
+from placement.policy import AdaptiveThresholdPolicy
+from placement.simulator import (
+    SimulationResult,
+    Trace,
+    peak_live_bytes,
+    policy_roster,
+    simulate,
 )
-from placement.simulator import SimulationResult, Trace, peak_live_bytes, simulate
 
 __all__ = [
     "DEFAULT_BUDGETS",
@@ -376,34 +376,16 @@ def evaluate(
         -features.loc[test, "log_expected_size"].to_numpy(), true_ld
     )
 
-    opts = config.policy_options
-    policies: list[tuple[str, Callable[[int], Any], np.ndarray | None]] = [
-        ("all-hdd", lambda cap: AllHDDPolicy(), None),
-        ("first-fit", lambda cap: FirstFitPolicy(cap), None),
-        ("small-files-first", lambda cap: SmallFilesFirstPolicy(cap, **opts), None),
-        ("stage-history", lambda cap: StageHistoryPolicy(cap, **opts), preds["stage-history"]),
-        (
-            "lightgbm",
-            lambda cap: _named(AdaptiveThresholdPolicy(cap, **opts), "lightgbm"),
-            preds["lightgbm"],
-        ),
-    ]
-    if "lightgbm-per-workload" in preds:
-        policies.append(
-            (
-                "lightgbm-per-workload",
-                lambda cap: _named(AdaptiveThresholdPolicy(cap, **opts), "lightgbm-per-workload"),
-                preds["lightgbm-per-workload"],
-            )
-        )
-    policies.append(
-        (
-            "threshold+true-density",
-            lambda cap: _named(AdaptiveThresholdPolicy(cap, **opts), "threshold+true-density"),
-            true_ld,
-        )
+    extra = {k: v for k, v in preds.items() if k == "lightgbm-per-workload"}
+    extra["threshold+true-density"] = true_ld
+    policies = policy_roster(
+        trace,
+        config.cost_model,
+        stage_history=preds["stage-history"],
+        lightgbm=preds["lightgbm"],
+        extra=extra,
+        options=config.policy_options,
     )
-    policies.append(("oracle", lambda cap: trace.oracle(cap, config.cost_model), None))
 
     sims: list[dict[str, Any]] = []
     savings: dict[str, dict[str, float]] = {name: {} for name, _, _ in policies}
@@ -462,11 +444,6 @@ def evaluate(
         result.decisions = measure_decisions(model_for_measure, df, history)
     result.wall_s = time.perf_counter() - start
     return result
-
-
-def _named(policy: Any, name: str) -> Any:
-    policy.name = name
-    return policy
 
 
 def _goals(savings: dict[str, dict[str, float]], budgets: Sequence[float]) -> dict[str, Any]:

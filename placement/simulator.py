@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,11 +43,31 @@ import pyarrow as pa
 
 from placement.cost import CostModel
 from placement.features import RowIssues, clean_table
-from placement.policy import AllHDDPolicy, OraclePolicy, PlacementPolicy, oracle_admissions
+from placement.policy import (
+    AdaptiveThresholdPolicy,
+    AllHDDPolicy,
+    FirstFitPolicy,
+    OraclePolicy,
+    PlacementPolicy,
+    SmallFilesFirstPolicy,
+    StageHistoryPolicy,
+    oracle_admissions,
+)
 from placement.schema import MIN_LIFETIME_S, MIN_SIZE_BYTES
 from placement.tier import Tier
 
-__all__ = ["SimulationResult", "Trace", "peak_live_bytes", "simulate"]
+__all__ = [
+    "PolicyMaker",
+    "SimulationResult",
+    "Trace",
+    "peak_live_bytes",
+    "policy_roster",
+    "simulate",
+]
+
+#: A policy to replay: its name, a constructor taking the SSD capacity in bytes, and the
+#: predicted log10 densities it is fed (``None`` for policies that need none).
+PolicyMaker = tuple[str, Callable[[int], PlacementPolicy], "np.ndarray | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,3 +368,53 @@ def simulate(
         dropped_rows=trace.issues.n_dropped,
         tiers=on_ssd.astype(np.int8) if keep_tiers else None,
     )
+
+
+def _named(policy: Any, name: str) -> Any:
+    policy.name = name
+    return policy
+
+
+def policy_roster(
+    trace: Trace,
+    cost_model: CostModel,
+    *,
+    stage_history: np.ndarray,
+    lightgbm: np.ndarray,
+    extra: Mapping[str, np.ndarray] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> list[PolicyMaker]:
+    """The policies every comparison replays, in report order.
+
+    all-HDD, first-fit, small-files-first, the stage-history heuristic, the adaptive
+    threshold fed ``lightgbm`` (the LightGBM policy), one adaptive threshold per entry
+    of ``extra`` (name -> predicted log10 densities), and the oracle last.
+
+    Parameters
+    ----------
+    trace : Trace
+        The files replayed (the oracle needs their true densities and lifetimes).
+    cost_model : CostModel
+        Prices the oracle ranks files by.
+    stage_history, lightgbm : numpy.ndarray
+        Predicted log10 density per file of the two learned-or-historic policies.
+    extra : mapping, optional
+        More adaptive-threshold policies by name, with their predictions.
+    options : mapping, optional
+        Keyword options of the threshold policies (``exponent``, ``window``, ...).
+    """
+    opts = dict(options or {})
+
+    def threshold(name: str) -> Callable[[int], PlacementPolicy]:
+        return lambda cap: _named(AdaptiveThresholdPolicy(cap, **opts), name)
+
+    roster: list[PolicyMaker] = [
+        ("all-hdd", lambda cap: AllHDDPolicy(), None),
+        ("first-fit", lambda cap: FirstFitPolicy(cap), None),
+        ("small-files-first", lambda cap: SmallFilesFirstPolicy(cap, **opts), None),
+        ("stage-history", lambda cap: StageHistoryPolicy(cap, **opts), stage_history),
+        ("lightgbm", threshold("lightgbm"), lightgbm),
+    ]
+    roster += [(name, threshold(name), pred) for name, pred in (extra or {}).items()]
+    roster.append(("oracle", lambda cap: trace.oracle(cap, cost_model), None))
+    return roster

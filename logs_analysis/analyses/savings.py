@@ -33,17 +33,9 @@ import pandas as pd
 
 from logs_analysis.analyses import Unavailable
 
-__all__ = ["DEFAULT_BUDGETS", "POLICIES", "SavingsResult", "savings_curve"]
+__all__ = ["DEFAULT_BUDGETS", "SavingsResult", "savings_curve"]
 
 DEFAULT_BUDGETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.10, 0.20)
-POLICIES: tuple[str, ...] = (
-    "all-hdd",
-    "first-fit",
-    "small-files-first",
-    "stage-history",
-    "lightgbm",
-    "oracle",
-)
 
 
 @dataclasses.dataclass
@@ -142,14 +134,7 @@ def savings_curve(
     """
     try:
         from placement.cost import CostModel
-        from placement.policy import (
-            AdaptiveThresholdPolicy,
-            AllHDDPolicy,
-            FirstFitPolicy,
-            SmallFilesFirstPolicy,
-            StageHistoryPolicy,
-        )
-        from placement.simulator import Trace, peak_live_bytes, simulate
+        from placement.simulator import Trace, peak_live_bytes, policy_roster, simulate
     except ImportError as exc:
         return Unavailable(f"placement's simulator or policies cannot be imported ({exc})")
     budgets = [float(b) for b in budgets]
@@ -166,18 +151,7 @@ def savings_curve(
     if peak <= 0:
         return Unavailable("the replayed rows hold no bytes (every size is 0)")
 
-    def named(policy: Any, name: str) -> Any:
-        policy.name = name
-        return policy
-
-    makers: list[tuple[str, Callable[[int], Any], np.ndarray | None]] = [
-        ("all-hdd", lambda cap: AllHDDPolicy(), None),
-        ("first-fit", lambda cap: FirstFitPolicy(cap), None),
-        ("small-files-first", lambda cap: SmallFilesFirstPolicy(cap), None),
-        ("stage-history", lambda cap: StageHistoryPolicy(cap), hist),
-        ("lightgbm", lambda cap: named(AdaptiveThresholdPolicy(cap), "lightgbm"), pred),
-        ("oracle", lambda cap: trace.oracle(cap, cost_model), None),
-    ]
+    makers = policy_roster(trace, cost_model, stage_history=hist, lightgbm=pred)
     savings: dict[str, list[float]] = {name: [] for name, _, _ in makers}
     io_share: dict[str, list[float]] = {name: [] for name, _, _ in makers}
     sims = []
