@@ -40,6 +40,7 @@ import pandas as pd
 
 from placement.errors import PlacementError
 from placement.logwriter import LOG_SUFFIX, read_logs
+from placement.storage.config import spill_heavy_settings
 from placement.tier import Tier
 
 logger = logging.getLogger(__name__)
@@ -574,17 +575,7 @@ class CollectOptions:
 
 def dask_settings(target_fraction: float) -> dict[str, Any]:
     """Dask config of the suite: P2P shuffles and rechunks, tight managed memory."""
-    return {
-        "dataframe.shuffle.method": "p2p",
-        "array.rechunk.method": "p2p",
-        "distributed.worker.memory.target": target_fraction,
-        "distributed.worker.memory.spill": 0.7,
-        "distributed.worker.memory.pause": 0.85,
-        "distributed.worker.memory.terminate": 0.98,
-        "distributed.scheduler.active-memory-manager.start": False,
-        "distributed.admin.low-level-log-length": 100,
-        "logging.distributed.shuffle": "error",
-    }
+    return {**spill_heavy_settings(target_fraction), "distributed.admin.low-level-log-length": 100}
 
 
 def run_workload(

@@ -20,7 +20,12 @@ from dask.utils import parse_bytes
 
 from placement.service.config import MODEL_KEY, SSD_CAPACITY_KEY, LinkConfig
 from placement.service.errors import ServiceConfigError
-from placement.storage.config import HDD_DIR_KEY, LOG_DIR_KEY, SSD_DIR_KEY
+from placement.storage.config import (
+    HDD_DIR_KEY,
+    LOG_DIR_KEY,
+    SSD_DIR_KEY,
+    spill_heavy_settings,
+)
 
 PRELOAD = "placement.dask"
 SCHEDULER_PRELOAD_KEY = "distributed.scheduler.preload"
@@ -31,16 +36,7 @@ def tight_memory(target_fraction: float = 0.02) -> dict[str, Any]:
     """Dask config for spill- and shuffle-heavy runs: P2P shuffles, small managed memory."""
     if not 0 < target_fraction < 0.7:
         raise ServiceConfigError(f"target_fraction={target_fraction!r} must be in (0, 0.7)")
-    return {
-        "dataframe.shuffle.method": "p2p",
-        "array.rechunk.method": "p2p",
-        "distributed.worker.memory.target": target_fraction,
-        "distributed.worker.memory.spill": 0.7,
-        "distributed.worker.memory.pause": 0.85,
-        "distributed.worker.memory.terminate": 0.98,
-        "distributed.scheduler.active-memory-manager.start": False,
-        "logging.distributed.shuffle": "error",
-    }
+    return spill_heavy_settings(target_fraction)
 
 
 @dataclass(frozen=True, kw_only=True)

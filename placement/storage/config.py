@@ -9,6 +9,7 @@ log directories (as in ``dask.config.set({"placement.ssd-dir": "/mnt/nvme/tmp"})
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import dask
 
@@ -38,3 +39,19 @@ def default_target_fraction() -> float | None:
     spill = dask.config.get("distributed.worker.memory.spill", default=False)
     fraction = target or spill
     return float(fraction) if fraction else None
+
+
+def spill_heavy_settings(target_fraction: float) -> dict[str, Any]:
+    """Dask config for spill- and shuffle-heavy runs: P2P shuffles and rechunks, managed
+    memory spilled above ``target_fraction`` of the worker's limit, no active memory
+    manager (it would move keys the runs mean to spill), quiet shuffle logs."""
+    return {
+        "dataframe.shuffle.method": "p2p",
+        "array.rechunk.method": "p2p",
+        "distributed.worker.memory.target": target_fraction,
+        "distributed.worker.memory.spill": 0.7,
+        "distributed.worker.memory.pause": 0.85,
+        "distributed.worker.memory.terminate": 0.98,
+        "distributed.scheduler.active-memory-manager.start": False,
+        "logging.distributed.shuffle": "error",
+    }
