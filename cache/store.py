@@ -254,9 +254,8 @@ def _explain(exc: BaseException) -> str:
 
 
 def _open_env(path: Path, config: CacheConfig | None, *, create: bool) -> _SharedEnv:
-    """Open the LMDB environment of ``path`` (read-write, else read-only)."""
-    if path.exists() and not path.is_dir():
-        raise CacheError(f"cache path {path} exists and is not a directory; choose another path")
+    """Open the LMDB environment of ``path`` (read-write, else read-only); the caller has
+    checked that ``path`` is a directory or absent."""
     if not create and not (path / "data.mdb").is_file():
         raise CacheError(f"no cache at {path} (no data.mdb there); check the path")
     map_size = config.max_bytes if config is not None else 0
