@@ -148,3 +148,28 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+# -- real datasets (installed by `make demo` / `make test` from Debian's packages) -------------
+JPEG_DIR = Path(os.environ.get("DATAPLANE_JPEG_DIR", "/usr/share/doc/opencv-doc/examples"))
+FMNIST_DIR = Path(os.environ.get("DATAPLANE_FMNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+
+
+def jpeg_items(repeat: int) -> list[tuple[str, int]]:
+    """The opencv-doc JPEGs as ``(path, label)`` (label: the folder), the list ``repeat`` times."""
+    import click
+
+    paths = sorted(p for p in JPEG_DIR.rglob("*.jpg") if p.is_file())
+    if not paths:
+        raise click.ClickException(f"no JPEGs under {JPEG_DIR} (apt-get install opencv-doc)")
+    folders = sorted({p.parent for p in paths})
+    label = {f: i for i, f in enumerate(folders)}
+    return [(str(p), label[p.parent]) for p in paths] * repeat
+
+
+def fmnist_folder(limit: int, workdir: Path) -> Path:
+    """Ingest the first ``limit`` Fashion-MNIST images as PNG folders; the train folder."""
+    from dataplane.ingest import ingest_fmnist
+
+    ingest_fmnist(workdir / "fmnist", limit=limit, source_dir=FMNIST_DIR, progress=False)
+    return workdir / "fmnist" / "train"

@@ -73,13 +73,13 @@ if __package__ in (None, ""):
 
 from benchmarks._common import (  # noqa: E402
     RssSampler,
+    fmnist_folder,
     format_table,
+    jpeg_items,
     machine_info,
     write_results,
 )
 
-JPEG_DIR = Path(os.environ.get("DATAPLANE_JPEG_DIR", "/usr/share/doc/opencv-doc/examples"))
-FMNIST_DIR = Path(os.environ.get("DATAPLANE_FMNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 MIB = 2**20
 
 
@@ -94,23 +94,6 @@ def memory_status() -> dict[str, int]:
             if parts and parts[0] in names:
                 out[names[parts[0]]] = int(parts[1]) * 1024
     return out
-
-
-# -- datasets ------------------------------------------------------------------------------
-def jpeg_items(repeat: int) -> list[tuple[str, int]]:
-    paths = sorted(p for p in JPEG_DIR.rglob("*.jpg") if p.is_file())
-    if not paths:
-        raise click.ClickException(f"no JPEGs under {JPEG_DIR} (apt-get install opencv-doc)")
-    folders = sorted({p.parent for p in paths})
-    label = {f: i for i, f in enumerate(folders)}
-    return [(str(p), label[p.parent]) for p in paths] * repeat
-
-
-def fmnist_folder(limit: int, workdir: Path) -> Path:
-    from dataplane.ingest import ingest_fmnist
-
-    ingest_fmnist(workdir / "fmnist", limit=limit, source_dir=FMNIST_DIR, progress=False)
-    return workdir / "fmnist" / "train"
 
 
 # -- one pass -------------------------------------------------------------------------------

@@ -38,14 +38,14 @@ if __package__ in (None, ""):
 
 from benchmarks._common import (  # noqa: E402
     EpochTiming,
+    fmnist_folder,
     format_table,
+    jpeg_items,
     machine_info,
     time_epochs,
     write_results,
 )
 
-JPEG_DIR = Path(os.environ.get("DATAPLANE_JPEG_DIR", "/usr/share/doc/opencv-doc/examples"))
-FMNIST_DIR = Path(os.environ.get("DATAPLANE_FMNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 
 
 # -- the torch baseline ----------------------------------------------------------------
@@ -210,21 +210,10 @@ def run_bare_dali(items, recipe, batch_size: int, threads: int, epochs: int, dev
 
 
 # -- datasets ------------------------------------------------------------------------------
-def jpeg_items(repeat: int) -> list[tuple[str, int]]:
-    paths = sorted(p for p in JPEG_DIR.rglob("*.jpg") if p.is_file())
-    if not paths:
-        raise click.ClickException(f"no JPEGs under {JPEG_DIR} (apt-get install opencv-doc)")
-    folders = sorted({p.parent for p in paths})
-    label = {f: i for i, f in enumerate(folders)}
-    return [(str(p), label[p.parent]) for p in paths] * repeat
-
-
 def fmnist_items(limit: int, workdir: Path) -> list[tuple[str, int]]:
-    from dataplane.ingest import ingest_fmnist
     from dataplane.sources import ImageFolderSource
 
-    ingest_fmnist(workdir / "fmnist", limit=limit, source_dir=FMNIST_DIR, progress=False)
-    source = ImageFolderSource(workdir / "fmnist" / "train")
+    source = ImageFolderSource(fmnist_folder(limit, workdir))
     return [(source.describe(i), source.label(i)) for i in range(len(source))]
 
 
