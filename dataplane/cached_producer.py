@@ -30,14 +30,16 @@ One pass
    waits for the disk; a full queue drops the batch, offered again next time).
 4. The batch is wrapped with ``torch.from_numpy`` (no copy) on the CPU, or
    copied once from pinned memory to the GPU; the loader's iterator normalizes
-   it on the target device.
+   it on the target device (or, with ``normalize=False``, copies a CPU ring view
+   once into a tensor of its own).
 5. At the end of a complete pass the worker waits for the filler to commit what
    the pass queued, so the pass's counts (:class:`~dataplane.stats.CacheStats`)
    are final.
 
 Buffers: on the CPU the tensor handed to the consumer is a view of a ring
 buffer, valid until the consumer asks for the next batch (the loader's
-iterator normalizes it into a new tensor before that). At most ``prefetch``
+iterator normalizes it into a new tensor before that, or copies it: such batches
+are marked ``ProducedBatch.shared``). At most ``prefetch``
 batches are prepared ahead; serving allocates no batch-sized memory beyond the
 ring (merging fresh rows and leaving out skipped samples aside).
 
@@ -423,7 +425,9 @@ class CachedBatchProducer(BackgroundProducer):
             self.stats.corrupt += store.stats.corrupt - corrupt_before
             fresh = self._next_fresh(request.position) if k in planned else None
             batch, held = self._assemble(request, buffer, found, planned.get(k), fresh)
-            if not held:  # the batch does not view the buffer (fresh, or copied to the GPU)
+            if held:
+                batch = dataclasses.replace(batch, shared=True)
+            else:  # the batch does not view the buffer (fresh, or copied to the GPU)
                 self._free.put(slot)
             if not self._put((batch, slot if held else None)):
                 return False

@@ -58,6 +58,7 @@ class LoaderConfig:
     prefetch: int
     on_corrupt: OnCorrupt
     producer: ProducerFactory | None
+    normalize: bool = True
 
     @classmethod
     def create(
@@ -73,6 +74,7 @@ class LoaderConfig:
         prefetch: Any,
         on_corrupt: Any,
         producer: Any,
+        normalize: Any = True,
     ) -> LoaderConfig:
         """Validate raw options; resolve defaults (threads, distributed rank)."""
         batch_size = _int("batch_size", batch_size, minimum=1, hint="e.g. batch_size=256")
@@ -93,6 +95,11 @@ class LoaderConfig:
                 f"producer must be a factory callable (context, requests) -> BatchProducer, "
                 f"not {producer!r}"
             )
+        if not isinstance(normalize, bool):
+            raise ConfigError(
+                f"normalize must be True (float32 normalized images) or False (uint8 images), "
+                f"not {normalize!r}"
+            )
         return cls(
             batch_size=batch_size,
             shuffle=shuffle,
@@ -104,6 +111,7 @@ class LoaderConfig:
             prefetch=prefetch,
             on_corrupt=on_corrupt,
             producer=producer,
+            normalize=normalize,
         )
 
 

@@ -2,7 +2,8 @@
 
 :class:`LoaderIterator` is what ``iter(loader)`` returns. It pulls
 :class:`~dataplane.producer.ProducedBatch` from a producer, normalizes the images
-on the target device, attaches labels, advances the loader's cursor after each
+on the target device (or, with ``normalize=False``, hands the uint8 images on,
+copied once only when they view a producer's reused buffer), attaches labels, advances the loader's cursor after each
 batch, and reports the epoch's counts at the end. It stops cleanly when
 :meth:`close` is called or when it is garbage-collected (a ``for`` loop left
 with ``break``): the producer's threads are released.
@@ -56,6 +57,8 @@ class LoaderIterator:
         Where images and labels are returned.
     on_end : callable
         Called with the :class:`EpochStats` when the epoch is complete.
+    normalize : bool
+        Return float32 normalized images (True) or the uint8 images as produced.
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class LoaderIterator:
         labels: np.ndarray,
         device: torch.device,
         on_end: Callable[[EpochStats], None],
+        normalize: bool = True,
     ) -> None:
         self._producer = producer
         self._batches: Iterator[ProducedBatch] | None = iter(producer)
@@ -75,6 +79,7 @@ class LoaderIterator:
         self._labels = labels
         self._device = device
         self._on_end = on_end
+        self._normalize = normalize
         self._stats = EpochStats(epoch=cursor.epoch)
         self._started: float | None = None
 
@@ -98,7 +103,17 @@ class LoaderIterator:
         except BaseException:
             self.close()
             raise
-        images = normalize(produced.images, self._recipe)
+        if self._normalize:
+            images = normalize(produced.images, self._recipe)
+        elif produced.shared:  # the producer reuses this buffer: one copy, with numpy on
+            # the host (torch's CPU copy would start an OpenMP team; see normalize)
+            images = (
+                torch.from_numpy(produced.images.numpy().copy())
+                if produced.images.device.type == "cpu"
+                else produced.images.clone()
+            )
+        else:
+            images = produced.images
         labels = torch.from_numpy(self._labels[produced.indices])
         if self._device.type != "cpu":
             labels = labels.to(self._device, non_blocking=True)

@@ -93,12 +93,17 @@ class ProducedBatch:
         skipped samples).
     skipped : tuple of SkippedSample
         Samples of the request that were skipped.
+    shared : bool
+        ``images`` views a buffer the producer reuses once the consumer asks for
+        the next batch (the cache's ring on the CPU): a consumer that hands the
+        tensor on copies it first. False: ``images`` belongs to the consumer.
     """
 
     position: int
     images: torch.Tensor
     indices: np.ndarray
     skipped: tuple[SkippedSample, ...] = ()
+    shared: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

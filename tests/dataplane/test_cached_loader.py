@@ -123,6 +123,40 @@ def test_epoch_serves_variant_epoch_mod_variants_with_the_filled_pixels(
     loader.close()
 
 
+def test_normalize_false_yields_uint8_that_outlives_the_ring(
+    train_dir: Path, tmp_path: Path
+) -> None:
+    """uint8 batches served from the cache's reused ring buffers are the consumer's own:
+    kept across the whole pass they still hold their pixels, and normalizing them gives
+    exactly what a normalizing loader yields for the same cached epoch."""
+    import torch
+
+    from preprocessing import make_recipe, normalize
+
+    recipe = make_recipe("train", size=28, channels=1, mean=(0.25,), std=(0.5,))
+    path = tmp_path / "c"
+    filler = cached_loader(train_dir, path, recipe=recipe, variants=1, seed=3)
+    epoch_keys(filler, 0)  # fills variant 0
+    filler.close()
+
+    raw = cached_loader(train_dir, path, recipe=recipe, variants=1, seed=3, normalize=False)
+    raw.set_epoch(1)
+    kept = [(images, labels) for images, labels in raw]  # held past the ring's reuse
+    stats = raw.last_epoch_stats
+    assert stats is not None and stats.cache is not None and stats.cache.hits == SMALL
+    assert len(kept) == len(raw) > raw.config.prefetch + 1, "the ring is reused in the pass"
+    assert all(x.dtype == torch.uint8 and x.shape[1:] == (1, 28, 28) for x, _ in kept)
+    raw.close()
+
+    normalized = cached_loader(train_dir, path, recipe=recipe, variants=1, seed=3)
+    normalized.set_epoch(1)
+    for (u8, labels), (f32, labels2) in zip(kept, normalized, strict=True):
+        assert torch.equal(labels, labels2)
+        assert f32.dtype == torch.float32
+        assert torch.equal(normalize(u8, recipe), f32)
+    normalized.close()
+
+
 def test_fill_counts_and_background_filling(train_dir: Path, tmp_path: Path) -> None:
     loader = cached_loader(train_dir, tmp_path / "c", variants=1, fill="background", fill_queue=2)
     epoch_keys(loader, 0)

@@ -193,6 +193,7 @@ def test_labels_out_of_range(fmnist_small: Path) -> None:
         ({"size": "28"}, "size must be an int"),
         ({"channels": 2}, "channels must be 1 .* or 3"),
         ({"producer": 5}, "producer must be a factory"),
+        ({"normalize": "no"}, r"normalize must be True .* or False \(uint8 images\)"),
     ],
 )
 def test_wrong_arguments_name_the_fix(fmnist_small: Path, kwargs: dict, match: str) -> None:

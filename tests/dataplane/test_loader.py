@@ -69,6 +69,19 @@ def test_normalization_is_exact(train_dir: Path) -> None:
     assert labels.tolist() == [source.label(i) for i in range(8)]
 
 
+def test_normalize_false_yields_the_decoded_uint8_pixels(train_dir: Path) -> None:
+    from PIL import Image
+
+    loader = Loader(train_dir, recipe=identity_recipe(), batch_size=8, device="cpu", normalize=False)
+    images, labels = next(iter(loader))
+    assert images.dtype == torch.uint8 and images.shape == (8, 1, 28, 28)
+    source = loader.source
+    expected = np.stack([np.asarray(Image.open(source.describe(i)))[None] for i in range(8)])
+    np.testing.assert_array_equal(images.numpy(), expected)
+    assert labels.tolist() == [source.label(i) for i in range(8)]
+    loader.close()
+
+
 @pytest.mark.parametrize(
     ("policy", "batch_size", "expected_len", "last"),
     [
