@@ -63,6 +63,28 @@ def test_partial_fill_serves_what_is_there(open_store: Opener) -> None:
     assert store.stats.hits == 50 and store.stats.misses == 150
 
 
+def test_a_complete_variant_is_remembered_until_a_record_leaves(open_store: Opener) -> None:
+    store = open_store()
+    n = store.identity.num_samples
+    idx = np.arange(n)
+    store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+    assert store.completed(0).all()
+    # Another store on the same cache (as another process would) drops a record: this
+    # one still answers from memory, until serving misses the record ...
+    other = open_store()
+    assert other.drop([(7, 0)]) == 1
+    assert store.completed(0).all()
+    assert helpers.check_batch(store, np.array([6, 7]), 0) == 1
+    assert store.completed(0).nonzero()[0].tolist() == [i for i in range(n) if i != 7]
+    # ... and a drop by this store is seen at once.
+    store.put_batch(np.array([7]), 0, helpers.images(np.array([7]), 0), helpers.labels([7]))
+    assert store.completed(0).all()
+    store.drop([(3, 0)])
+    assert not store.completed(0)[3]
+    store.clear()
+    assert not store.completed(0).any()
+
+
 def test_existing_records_are_kept(open_store: Opener) -> None:
     store = open_store()
     idx = np.arange(4)
@@ -167,6 +189,30 @@ def test_map_full_never_escapes_the_background_filler(open_store: Opener) -> Non
     assert store.state is StoreState.FULL
     assert filler.stats.written == store.count() > 0
     assert filler.submit(np.arange(2), 1, helpers.images(np.arange(2), 1, shape), [0, 1]) is False
+
+
+def test_background_filler_owns_what_it_queued_and_recycles_its_buffers(
+    open_store: Opener,
+) -> None:
+    """The producer reuses one buffer for every batch (copy=False even): each batch is
+    encoded before submit returns, so the cache holds every batch's own pixels; the
+    writer hands its record buffers back, so the filler keeps a bounded few."""
+    shape = (1, 8, 8)
+    store = open_store(helpers.identity(shape=shape), fill_queue=2)
+    filler = CacheFiller(store)
+    reused = np.empty((10, *shape), np.uint8)
+    for start in range(0, 100, 10):
+        idx = np.arange(start, start + 10)
+        reused[:] = helpers.images(idx, 0, shape)
+        filler.submit(idx, 0, reused, helpers.labels(idx), copy=False)
+        reused[:] = 0  # the producer overwrites its buffer at once
+        filler.flush()
+    assert filler.stats.written == 100 and filler.stats.dropped_queue_full == 0
+    assert helpers.check_batch(store, np.arange(100), 0) == 100  # every batch's own pixels
+    assert 1 <= len(filler._buffers) <= 2 * filler.queue_batches + 1
+    filler.close()
+    with pytest.raises(CacheError, match="images must be uint8"):
+        store.encode_batch(np.arange(2), 0, np.zeros((2, 3), np.float32), [0, 1])
 
 
 def test_store_pickles_without_its_environment(open_store: Opener) -> None:
