@@ -11,6 +11,7 @@ from placement.policy import (
     AdaptiveThresholdPolicy,
     AllHDDPolicy,
     FirstFitPolicy,
+    OccupancyBasis,
     OraclePolicy,
     PlacementPolicy,
     SmallFilesFirstPolicy,
@@ -66,7 +67,7 @@ def test_small_files_first_with_a_size_limit() -> None:
 def test_adaptive_threshold_admits_all_when_empty_and_only_dense_files_when_full(
     rng: np.random.Generator,
 ) -> None:
-    p = AdaptiveThresholdPolicy(1000, min_window=10, refresh=1)
+    p = AdaptiveThresholdPolicy(1000, min_window=10, refresh=1, occupancy_basis="before")
     preds = rng.normal(-5, 1, 200)
     for i, x in enumerate(preds[:100]):  # files that leave at once keep the SSD empty
         p.place(("warm", i), float(x), 10, float(i))
@@ -92,6 +93,7 @@ def test_adaptive_threshold_admits_all_when_empty_and_only_dense_files_when_full
         {"exponent": 0},
         {"refresh": 0},
         {"exponent": float("nan")},
+        {"occupancy_basis": "during"},
     ],
 )
 def test_adaptive_threshold_validates_options(options: dict) -> None:
@@ -163,3 +165,34 @@ def test_observed_predictions_move_the_threshold_at_a_given_occupancy() -> None:
     assert p.threshold(occupancy=0.75) == -6.0  # the densest half of recent bytes
     assert p.threshold(occupancy=1.0) == math.inf
     assert p.threshold(occupancy=2.0) == math.inf  # over budget: nothing more
+
+
+def _warm(p: AdaptiveThresholdPolicy, preds: np.ndarray, size: int) -> None:
+    """Feed ``preds`` through ``p`` as files that leave at once (the SSD stays empty)."""
+    for i, x in enumerate(preds):
+        p.place(("warm", i), float(x), size, float(i))
+        p.release(("warm", i), float(i))
+
+
+def test_threshold_after_admission_charges_a_file_for_the_space_it_takes() -> None:
+    """The worked example of the module docstring: 100 bytes of SSD, 20 used."""
+    preds = np.linspace(-7.0, -3.0, 101)  # equal sizes: share f is the densest f of the files
+    after = AdaptiveThresholdPolicy(100, min_window=10, refresh=1)
+    assert after.occupancy_basis is OccupancyBasis.AFTER  # the default
+    _warm(after, preds, 1)
+    assert after.place("held", float(preds.max()), 20, 200.0) is Tier.SSD
+    assert after.occupancy_with(5) == pytest.approx(0.25)
+    assert after.occupancy_with(60) == pytest.approx(0.80)
+    # a 60-byte file must be among the densest 45% (above the 56th-densest of 102 recent):
+    mid = float(np.quantile(preds, 0.40))  # ranks in the densest 60%, not 45%
+    assert after.place("big-middling", mid, 60, 201.0) is Tier.HDD
+    assert after.place("small-middling", mid, 5, 202.0) is Tier.SSD  # densest 87% suffices
+    assert after.place("fills-it", float(preds.max()) + 1, 75, 203.0) is Tier.HDD  # f = 0
+    assert after.ledger.used == 25
+
+    before = AdaptiveThresholdPolicy(100, min_window=10, refresh=1, occupancy_basis="before")
+    _warm(before, preds, 1)
+    assert before.place("held", float(preds.max()), 20, 200.0) is Tier.SSD
+    assert before.occupancy_with(60) == pytest.approx(0.20)
+    assert before.place("big-middling", mid, 60, 201.0) is Tier.SSD  # densest 89% suffices
+
