@@ -30,18 +30,19 @@ One pass
    waits for the disk; a full queue drops the batch, offered again next time).
 4. The batch is wrapped with ``torch.from_numpy`` (no copy) on the CPU, or
    copied once from pinned memory to the GPU; the loader's iterator normalizes
-   it on the target device (or, with ``normalize=False``, copies a CPU ring view
-   once into a tensor of its own).
+   it on the target device. With ``normalize=False`` on the CPU, each batch is
+   read into a new array instead of a ring buffer and handed on as it is.
 5. At the end of a complete pass the worker waits for the filler to commit what
    the pass queued, so the pass's counts (:class:`~dataplane.stats.CacheStats`)
    are final.
 
 Buffers: on the CPU the tensor handed to the consumer is a view of a ring
 buffer, valid until the consumer asks for the next batch (the loader's
-iterator normalizes it into a new tensor before that, or copies it: such batches
-are marked ``ProducedBatch.shared``). At most ``prefetch``
-batches are prepared ahead; serving allocates no batch-sized memory beyond the
-ring (merging fresh rows and leaving out skipped samples aside).
+iterator normalizes it into a new tensor before that; such batches are marked
+``ProducedBatch.shared``). At most ``prefetch`` batches are prepared ahead;
+serving allocates no batch-sized memory beyond the ring (merging fresh rows and
+leaving out skipped samples aside), except with ``normalize=False``, where each
+batch is the consumer's own array.
 
 On failure
 ----------
@@ -145,6 +146,10 @@ class LoaderCache:
         Batches prepared ahead; the ring has ``prefetch + 1`` buffers.
     pinned : bool
         Allocate the ring in page-locked memory (CUDA loaders).
+    own_batches : bool
+        CPU loaders that hand uint8 batches on (``normalize=False``): read each
+        batch into a new array the consumer keeps, instead of into a ring buffer
+        the consumer would have to copy (one copy per sample instead of two).
 
     Raises
     ------
@@ -167,6 +172,7 @@ class LoaderCache:
         batch_size: int,
         prefetch: int,
         pinned: bool = False,
+        own_batches: bool = False,
     ) -> None:
         self.config = config
         self.identity = identity
@@ -174,6 +180,7 @@ class LoaderCache:
         self.batch_size = batch_size
         self.prefetch = prefetch
         self.pinned = pinned
+        self.own_batches = own_batches
         self.store: CacheStore | None = None
         self._filler: CacheFiller | None = None
         self._ring: list[np.ndarray] | None = None
@@ -333,6 +340,8 @@ class CachedBatchProducer(BackgroundProducer):
             self._device: torch.device | None = torch.device("cuda", context.device_id)
         else:
             self._device = None
+        # A new array per batch (see LoaderCache.own_batches); the ring then only paces.
+        self._own_batches = cache.own_batches and self._device is None
 
     # -- the worker (see dataplane.background) --------------------------------------
     def _deliver(self, item: tuple[ProducedBatch, int | None]) -> ProducedBatch:
@@ -412,6 +421,8 @@ class CachedBatchProducer(BackgroundProducer):
             if slot is None:
                 return False
             buffer = self._ring[slot]
+            if self._own_batches:
+                buffer = np.empty_like(buffer)
             idx = request.indices
             corrupt_before = store.stats.corrupt
             if k in planned and planned[k].size == idx.size:
@@ -425,6 +436,7 @@ class CachedBatchProducer(BackgroundProducer):
             self.stats.corrupt += store.stats.corrupt - corrupt_before
             fresh = self._next_fresh(request.position) if k in planned else None
             batch, held = self._assemble(request, buffer, found, planned.get(k), fresh)
+            held = held and not self._own_batches
             if held:
                 batch = dataclasses.replace(batch, shared=True)
             else:  # the batch does not view the buffer (fresh, or copied to the GPU)

@@ -262,6 +262,7 @@ class Loader:
             batch_size=self.config.batch_size,
             prefetch=self.config.prefetch,
             pinned=self.device.value == "cuda",
+            own_batches=not self.config.normalize,
         )
 
     def _load_labels(self) -> np.ndarray:

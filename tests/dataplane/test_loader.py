@@ -82,6 +82,40 @@ def test_normalize_false_yields_the_decoded_uint8_pixels(train_dir: Path) -> Non
     loader.close()
 
 
+class _ReusingProducer:
+    """Yields every batch in one reused buffer, marked ``shared`` (pixel value: index % 251)."""
+
+    def __init__(self, context, requests) -> None:  # type: ignore[no-untyped-def]
+        self.context, self.requests = context, list(requests)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        from dataplane.producer import ProducedBatch
+
+        r = self.context.recipe
+        buffer = torch.empty((self.context.batch_size, r.channels, r.size, r.size), dtype=torch.uint8)
+        for request in self.requests:
+            n = request.indices.size
+            buffer[:n] = torch.from_numpy(request.indices % 251).to(torch.uint8).view(-1, 1, 1, 1)
+            yield ProducedBatch(request.position, buffer[:n], request.indices, shared=True)
+
+    def close(self) -> None:
+        pass
+
+
+def test_normalize_false_copies_batches_a_producer_marks_shared(train_dir: Path) -> None:
+    loader = Loader(
+        train_dir, batch_size=64, recipe="train", device="cpu", normalize=False,
+        producer=_ReusingProducer,
+    )
+    kept = [images for images, _ in loader]
+    planned = list(loader.plan.batches(0, 0))
+    assert len(kept) == len(planned) > 1
+    for images, indices in zip(kept, planned, strict=True):
+        expected = torch.from_numpy(indices % 251).to(torch.uint8)
+        assert torch.equal(images[:, 0, 0, 0], expected), "each kept batch holds its own pixels"
+    loader.close()
+
+
 @pytest.mark.parametrize(
     ("policy", "batch_size", "expected_len", "last"),
     [
