@@ -564,9 +564,7 @@ class CachedBatchProducer(BackgroundProducer):
         self, indices: np.ndarray, images: torch.Tensor, src: np.ndarray | None
     ) -> None:
         """Offer fresh rows ``src`` (all when None) of ``images`` (samples ``indices``)
-        to the filler. The filler keeps the array it is given: a new array of the
-        rows, or the fresh batch itself, which nobody writes into (the producer
-        allocates a new one per batch, the consumer normalizes into a new tensor)."""
+        to the filler, which encodes them before returning (see :mod:`cache.fill`)."""
         filler = self._cache.filler
         n = int(indices.size)
         if not filler.admitting:
