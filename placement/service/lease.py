@@ -8,7 +8,11 @@ file's density with the model the scheduler shipped, and puts the file on SSD wh
 
 * it holds a **lease** that has not expired,
 * the prediction is at or above the lease's **threshold** (the cluster-wide adaptive
-  threshold, :class:`~placement.policy.AdaptiveThresholdPolicy`), and
+  threshold, :class:`~placement.policy.AdaptiveThresholdPolicy`), taken from the
+  lease's threshold curve at the occupancy the file would leave: the cluster's used
+  bytes when the lease was granted, plus what this worker placed since, plus the
+  file, over the budget (rounded up to the curve's next point, so never more lenient
+  than the policy); a lease without a curve carries one threshold for all files, and
 * the file's expected size fits in what is left of the lease's **allowance**
   (a dense file that does not fit is remembered, and the next renewal - sent at once -
   asks for a lease large enough for it).
@@ -32,7 +36,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,12 +69,30 @@ class Lease:
         Worker monotonic time (seconds) after which the lease is void.
     model_version : int
         Version of the predictor the scheduler holds.
+    curve : tuple of float
+        Thresholds at occupancies ``k / (len(curve) - 1)`` (empty: use ``threshold``).
+    used_bytes : int
+        Bytes the cluster held on SSD when the lease was granted.
+    capacity_bytes : int
+        The cluster's SSD budget, in bytes.
     """
 
     allowance_bytes: int
     threshold: float
     expires_at: float
     model_version: int
+    curve: tuple[float, ...] = ()
+    used_bytes: int = 0
+    capacity_bytes: int = 0
+
+    def threshold_for(self, spent_bytes: int, size_bytes: int) -> float:
+        """Threshold of a file of ``size_bytes`` when this worker has placed
+        ``spent_bytes`` on SSD since the lease was asked for."""
+        if not self.curve or self.capacity_bytes <= 0:
+            return self.threshold
+        occupancy = (self.used_bytes + spent_bytes + size_bytes) / self.capacity_bytes
+        last = len(self.curve) - 1
+        return self.curve[min(max(math.ceil(occupancy * last), 0), last)]
 
 
 @dataclass(frozen=True)
@@ -183,7 +205,11 @@ class LeasedChooser:
         with self._lock:
             lease = self._lease  # a renewal may have landed meanwhile
             tier = Tier.HDD
-            if lease is not None and math.isfinite(pred) and pred >= lease.threshold:
+            if (
+                lease is not None
+                and math.isfinite(pred)
+                and pred >= lease.threshold_for(self._spent, size)
+            ):
                 if self._spent + size <= lease.allowance_bytes:
                     tier = Tier.SSD
                     self._spent += size
@@ -224,17 +250,24 @@ class LeasedChooser:
         threshold: float,
         ttl_s: float,
         model_version: int,
+        curve: Sequence[float] | None = None,
+        used_bytes: int = 0,
+        capacity_bytes: int = 0,
     ) -> Lease:
         """Install the lease granted in answer to ``ticket``.
 
         Bytes placed on SSD after ``ticket`` was taken are not in the usage the
-        scheduler saw, so they stay counted against the new allowance.
+        scheduler saw, so they stay counted against the new allowance (and are added
+        to ``used_bytes`` when a file's threshold is read off ``curve``).
         """
         lease = Lease(
             allowance_bytes=max(int(allowance_bytes), 0),
             threshold=float(threshold),
             expires_at=ticket.sent_at + float(ttl_s),
             model_version=int(model_version),
+            curve=tuple(float(t) for t in curve) if curve else (),
+            used_bytes=max(int(used_bytes), 0),
+            capacity_bytes=max(int(capacity_bytes), 0),
         )
         with self._lock:
             self._spent = max(self._spent - ticket.spent_before, 0)

@@ -173,6 +173,9 @@ class ServiceLink:
             threshold=float(reply["threshold"]),
             ttl_s=float(reply["ttl"]),
             model_version=int(reply.get("model_version", 0)),
+            curve=reply.get("curve"),
+            used_bytes=int(reply.get("used", 0)),
+            capacity_bytes=int(reply.get("capacity", 0)),
         )
         self.syncs += 1
         if self.consecutive_failures:

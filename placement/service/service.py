@@ -9,15 +9,17 @@ cluster and is tested directly. It answers three requests:
     it placed, and its counters. The service records the report, reconciles the
     ledger (:class:`~placement.service.ledger.ClusterLedger`), feeds the predictions to
     the cluster-wide adaptive threshold
-    (:class:`~placement.policy.AdaptiveThresholdPolicy`, at the ledger's occupancy) and
-    answers with a lease: an SSD allowance, the threshold, the lease's life, and the
+    (:class:`~placement.policy.AdaptiveThresholdPolicy`) and answers with a lease: an
+    SSD allowance, the threshold curve (the threshold at occupancies 0, 1/32, ..., 1,
+    with the cluster's used bytes and the budget, so that a worker judges each file at
+    the occupancy it would leave, as the policy does), the lease's life, and the
     model when the worker's is older. Workers then decide locally
     (:class:`~placement.service.lease.LeasedChooser`), so no file creation waits on the
     scheduler.
 :meth:`~PlacementService.decide` (batched decision requests)
     The service itself decides a batch of files (for producers that are not behind a
     lease, and to measure decisions through the scheduler): one model call per
-    pipeline, the same threshold, bytes reserved in the ledger until the worker's next
+    pipeline, the same threshold rule, bytes reserved in the ledger until the worker's next
     report (one lease life at most). Requests that are malformed, or whose ``name`` would escape a tier
     directory (``..``, absolute paths), are refused one by one.
 :meth:`~PlacementService.reload_model`
@@ -47,7 +49,7 @@ from placement.errors import PlacementError
 from placement.features import HistorySnapshot, HistoryStore
 from placement.logwriter import read_logs
 from placement.model import ModelSet
-from placement.policy import AdaptiveThresholdPolicy
+from placement.policy import AdaptiveThresholdPolicy, OccupancyBasis
 from placement.service.config import ServiceConfig
 from placement.service.errors import ServiceError
 from placement.service.ledger import ClusterLedger
@@ -58,6 +60,9 @@ from placement.storage.request import FileRequest
 from placement.tier import Tier
 
 logger = logging.getLogger(__name__)
+
+#: Points of the threshold curve a lease carries (occupancies 0, 1/32, ..., 1).
+CURVE_POINTS = 33
 
 #: Most predictions one report may carry, and most requests one batch may hold.
 MAX_OBSERVATIONS = 10_000
@@ -235,9 +240,25 @@ class PlacementService:
             rec = self.records[worker] = WorkerRecord(first_seen=now, last_seen=now)
         return rec
 
-    def threshold(self) -> float:
-        """The admission threshold now (log10 density), at the ledger's occupancy."""
-        return self.policy.threshold(occupancy=self.ledger.occupancy(self.clock()))
+    def threshold(self, size_bytes: int = 0) -> float:
+        """The admission threshold now (log10 density) for a file of ``size_bytes``, at the
+        occupancy the policy's :class:`~placement.policy.OccupancyBasis` says: the
+        ledger's, with the file's bytes added for ``AFTER`` (the default)."""
+        ledger = self.ledger
+        if not ledger.capacity:
+            return math.inf
+        extra = size_bytes if self.policy.occupancy_basis is OccupancyBasis.AFTER else 0
+        used = ledger.used(self.clock()) + max(int(extra), 0)
+        return self.policy.threshold(occupancy=min(used / ledger.capacity, 1.0))
+
+    def threshold_curve(self) -> list[float] | None:
+        """Thresholds at occupancies ``k / (CURVE_POINTS - 1)`` (log10 density), for
+        workers to judge each file at the occupancy it would leave; ``None`` when the
+        policy judges files at the occupancy before them."""
+        if self.policy.occupancy_basis is not OccupancyBasis.AFTER:
+            return None
+        last = CURVE_POINTS - 1
+        return [self.policy.threshold(occupancy=k / last) for k in range(CURVE_POINTS)]
 
     def sync(
         self,
@@ -254,9 +275,10 @@ class PlacementService:
         Returns
         -------
         dict
-            ``allowance`` (bytes), ``threshold`` (log10 density), ``ttl`` (seconds),
-            ``model_version`` and ``predictor`` (pickled bytes when the worker's model is
-            older, else ``None``).
+            ``allowance`` (bytes), ``threshold`` (log10 density at the ledger's
+            occupancy), ``curve`` (:meth:`threshold_curve`), ``used`` and ``capacity``
+            (the ledger's bytes), ``ttl`` (seconds), ``model_version`` and
+            ``predictor`` (pickled bytes when the worker's model is older, else ``None``).
 
         Raises
         ------
@@ -293,6 +315,9 @@ class PlacementService:
         return {
             "allowance": allowance,
             "threshold": self.threshold(),
+            "curve": self.threshold_curve(),
+            "used": self.ledger.used(now),
+            "capacity": self.ledger.capacity,
             "ttl": self.config.lease_ttl_s,
             "model_version": version,
             "predictor": payload if model_version != version else None,
@@ -334,7 +359,6 @@ class PlacementService:
             valid.append((i, request, int(size) if size is not None else UNKNOWN_SIZE_BYTES))
         if valid:
             preds = self.predictor.predict_many([r for _, r, _ in valid], [s for _, _, s in valid])
-            threshold = self.threshold()
             now = self.clock()
             self.ledger.expire(now)
             rec = self._record(worker)
@@ -343,7 +367,7 @@ class PlacementService:
                 tier = Tier.HDD
                 if (
                     math.isfinite(pred)
-                    and pred >= threshold
+                    and pred >= self.threshold(size)
                     and self.ledger.reserve(worker, size, now=now, ttl_s=self.config.lease_ttl_s)
                 ):
                     tier = Tier.SSD

@@ -210,6 +210,43 @@ def test_threshold_rises_as_the_ssd_fills() -> None:
     assert service.threshold() == math.inf
 
 
+def test_a_lease_judges_each_file_at_the_occupancy_it_would_leave() -> None:
+    """The lease carries the policy's threshold curve: a worker admits the same small
+    files as before, but a file that would fill most of the SSD must be among the
+    densest, and the bytes it placed under the lease count."""
+    from placement.service.service import CURVE_POINTS
+
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB))
+    preds = [[float(x), MiB] for x in np.linspace(-9, -3, 64)]
+    reply = service.sync(worker="w", used_bytes=0, observations=preds)
+    curve = reply["curve"]
+    assert len(curve) == CURVE_POINTS and (reply["used"], reply["capacity"]) == (0, 100 * MiB)
+    assert curve == sorted(curve) and curve[0] == -math.inf and curve[-1] == math.inf
+    assert reply["threshold"] == -math.inf  # the occupancy before any file: empty
+    assert service.threshold(75 * MiB) == pytest.approx(curve[24])  # 75% is point 24 of 32
+
+    def leased(with_curve: bool) -> LeasedChooser:
+        chooser = LeasedChooser(clock=Clock())
+        chooser.accept(
+            chooser.begin_sync(), allowance_bytes=100 * MiB, threshold=reply["threshold"],
+            ttl_s=5, model_version=0, curve=curve if with_curve else None,
+            used_bytes=reply["used"], capacity_bytes=reply["capacity"],
+        )
+        return chooser
+
+    flat = leased(False)
+    assert flat.choose(request(60 * MiB)) is Tier.SSD  # one threshold: -inf on an empty SSD
+    judged = leased(True)
+    assert judged.choose(request(MiB)) is Tier.SSD  # small: admitted as before
+    assert judged.choose(request(60 * MiB)) is Tier.HDD  # would leave the SSD 61% full
+    assert judged.choose(request(20 * MiB)) is Tier.SSD  # 22% full after it
+    assert judged.choose(request(20 * MiB)) is Tier.SSD  # 42%
+    assert judged.choose(request(20 * MiB)) is Tier.HDD  # 62%: no longer dense enough
+    lease = judged.lease
+    assert lease is not None and lease.threshold_for(0, 0) == curve[0]
+    assert lease.threshold_for(41 * MiB, 20 * MiB) == curve[20]  # 61/100 rounds up to 20/32
+
+
 @pytest.mark.parametrize(
     ("message", "match"),
     [
