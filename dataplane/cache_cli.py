@@ -9,24 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
 
-from cache import (
-    CacheConfig,
-    CacheError,
-    CacheFiller,
-    CacheStore,
-    FillMode,
-    verify,
-)
+from cache import CacheConfig, CacheError, CacheStore, FillMode, verify
 
 if TYPE_CHECKING:
-    from dataplane.producer import BatchProducer, BatchRequest, ProducedBatch, ProducerContext
+    from dataplane.loader import Loader
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
@@ -158,45 +149,7 @@ def clear_command(path: Path, yes: bool, as_json: bool) -> None:
     )
 
 
-# -- build: fill ahead of time through the loader's fresh path ---------------------------
-def _labels_of(source: Any) -> np.ndarray:
-    labels_fn = getattr(source, "labels", None)
-    if callable(labels_fn):
-        return np.asarray(labels_fn(), dtype=np.int64)
-    return np.fromiter((source.label(i) for i in range(len(source))), np.int64, len(source))
-
-
-class _TeeProducer:
-    """Yields the fresh producer's batches and hands each to the cache filler."""
-
-    def __init__(
-        self,
-        inner: BatchProducer,
-        filler: CacheFiller,
-        variant: int,
-        labels: np.ndarray,
-        done: np.ndarray,
-        bar: Any,
-    ) -> None:
-        self.inner, self.filler, self.variant = inner, filler, variant
-        self.labels, self.done, self.bar = labels, done, bar
-
-    def __iter__(self) -> Iterator[ProducedBatch]:
-        for batch in self.inner:
-            idx = np.asarray(batch.indices, dtype=np.int64)
-            todo = ~self.done[idx]
-            if todo.any():
-                images = batch.images.cpu().numpy()
-                self.filler.submit(
-                    idx[todo], self.variant, images[todo], self.labels[idx[todo]], copy=False
-                )
-            self.bar.update(int(idx.size))
-            yield batch
-
-    def close(self) -> None:
-        self.inner.close()
-
-
+# -- build: fill ahead of time through the loader's own fill path -----------------------
 @cache_group.command("build")
 @click.argument("data", type=click.Path(exists=True, path_type=Path))
 @click.argument("path", type=click.Path(path_type=Path))
@@ -230,99 +183,141 @@ def build_command(
 ) -> None:
     """Fill the cache of DATA ahead of time: every variant of every sample.
 
-    Runs the loader's fresh path (DALI) for epochs 0..variants-1 (variant v is
-    what epoch v serves) and writes each batch. Variants already complete are
-    skipped; a partly filled one is produced again and only its missing
-    samples are written (after a crash, build again to finish).
+    Iterates ``Loader(DATA, cache=CacheConfig(PATH, variants=V, fill="inline"),
+    normalize=False)`` over each epoch v in 0..V-1 whose variant v still misses
+    samples (epoch v serves variant v), and discards the batches: the loader
+    serves what the cache holds and produces (DALI) and writes only the missing
+    samples, so building again after a crash finishes what is missing and
+    nothing more. Stops early when the cache stops admitting (``--max-bytes``
+    reached, or a write failed: exit status 1).
+
+    Counts: ``written`` records written by this build; ``produced`` samples
+    produced fresh (the missing ones); ``images_per_second`` is ``produced``
+    per second of the build. The progress bar counts the missing samples.
+    """
+    import warnings
+
+    from dataplane import CacheWarning, DataplaneError, Loader
+
+    try:
+        config = CacheConfig(
+            path,
+            variants=variants,
+            max_bytes=parse_bytes(max_bytes),
+            rebuild=rebuild,
+            fill=FillMode.INLINE,
+        )
+    except CacheError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    with warnings.catch_warnings():
+        # The build reports what the loader would warn about (unusable, full, failed).
+        warnings.filterwarnings("ignore", category=CacheWarning)
+        try:
+            loader = Loader(
+                data,
+                batch_size=batch_size,
+                recipe=recipe,
+                size=size,
+                channels=int(channels) if channels else None,
+                shuffle=False,
+                seed=seed,
+                device=None if device == "auto" else device,
+                num_threads=threads,
+                cache=config,
+                normalize=False,
+            )
+        except DataplaneError as exc:
+            raise click.ClickException(str(exc)) from exc
+        try:
+            written, produced, todo, seconds, error = _fill(
+                loader, variants, progress=progress and not as_json
+            )
+            info = loader.cache_store.info()
+        except DataplaneError as exc:
+            raise click.ClickException(str(exc)) from exc
+        finally:
+            loader.close()
+    doc = {
+        **info.as_dict(),
+        "built_variants": todo,
+        "written": written,
+        "produced": produced,
+        "seconds": seconds,
+        "images_per_second": produced / seconds if seconds > 0 else 0.0,
+        "error": error,
+    }
+    lines = [
+        f"built {path}: {written} records written in {seconds:.1f} s "
+        f"({doc['images_per_second']:.0f} images/s produced)",
+        f"records {info.records} / {info.expected_records}, {_human(info.used_bytes)} used"
+        + (" (full: the rest is served fresh)" if info.full else ""),
+    ]
+    if error is not None:
+        lines.append(f"stopped: {error}")
+    _emit(as_json, doc, "\n".join(lines))
+    if error is not None:
+        raise SystemExit(1)
+
+
+def _fill(
+    loader: Loader, variants: int, *, progress: bool
+) -> tuple[int, int, list[int], float, str | None]:
+    """Iterate ``loader`` (built with ``cache=``) over the epochs whose variant misses samples.
+
+    Returns
+    -------
+    tuple
+        ``(records written, samples produced fresh, variants built, seconds, error)``;
+        ``error`` is why filling stopped (a write failed, the cache became
+        unreadable), or None.
+
+    Raises
+    ------
+    click.ClickException
+        The cache cannot be opened for writing.
+    DataplaneError
+        From the loader (an unreadable sample, a pipeline failure).
     """
     import time
 
     from tqdm import tqdm
 
-    from dataplane import DataplaneError, Loader
-    from dataplane.cached_producer import cache_identity
-    from dataplane.dali_producer import DaliBatchProducer
-
-    config_kwargs = dict(variants=variants, max_bytes=parse_bytes(max_bytes), rebuild=rebuild)
-    try:
-        config = CacheConfig(path, fill=FillMode.INLINE, **config_kwargs)  # type: ignore[arg-type]
-    except CacheError as exc:
-        raise click.BadParameter(str(exc)) from exc
-    state: dict[str, Any] = {}
-
-    def factory(context: ProducerContext, requests: Sequence[BatchRequest]) -> BatchProducer:
-        variant = context.epoch % variants
-        return _TeeProducer(
-            DaliBatchProducer(context, requests),
-            state["filler"],
-            variant,
-            state["labels"],
-            state["done"][variant],
-            state["bar"],
-        )
-
-    try:
-        loader = Loader(
-            data,
-            batch_size=batch_size,
-            recipe=recipe,
-            size=size,
-            channels=int(channels) if channels else None,
-            shuffle=False,
-            seed=seed,
-            device=None if device == "auto" else device,
-            num_threads=threads,
-            producer=factory,
-        )
-    except DataplaneError as exc:
-        raise click.ClickException(str(exc)) from exc
-    identity = cache_identity(loader.source, loader.recipe)  # the same as Loader(cache=...)
-    try:
-        store = CacheStore(config, identity)
-    except CacheError as exc:
-        raise click.ClickException(str(exc)) from exc
-    n = identity.num_samples
-    state["labels"] = _labels_of(loader.source)
-    state["done"] = {v: store.completed(v) for v in range(variants)}
-    todo = [v for v in range(variants) if not state["done"][v].all()]
-    filler = CacheFiller(store, mode=FillMode.INLINE)
-    state["filler"] = filler
+    # The loader's own cache side (this package's): its filler's counts and errors.
+    cache = loader._cache
+    store = loader.cache_store
+    if cache is None or store is None:
+        reason = (cache.disabled if cache is not None else None) or "it cannot be opened"
+        raise click.ClickException(reason.removeprefix("the cache is not used: "))
+    filler = cache.filler
+    missing = {v: ~store.completed(v) for v in range(variants)}
+    todo = [v for v in range(variants) if missing[v].any()]
+    produced = 0
     start = time.perf_counter()
     with tqdm(
-        total=n * len(todo), unit="img", desc="build", disable=not progress or as_json
+        total=int(sum(int(missing[v].sum()) for v in todo)),
+        unit="img",
+        desc="build",
+        disable=not progress,
     ) as bar:
-        state["bar"] = bar
-        try:
-            for variant in todo:
-                if not filler.admitting:
-                    break
-                loader.set_epoch(variant)
-                for _ in loader:
-                    if not filler.admitting:
+        for variant in todo:
+            if not (cache.enabled and filler.admitting):
+                break
+            loader.set_epoch(variant)
+            batches = iter(loader)
+            try:
+                for _, indices in zip(batches, loader.plan.batches(variant), strict=False):
+                    bar.update(int(missing[variant][indices].sum()))
+                    if not (cache.enabled and filler.admitting):
                         break
-        except DataplaneError as exc:
-            raise click.ClickException(str(exc)) from exc
-        finally:
-            loader.close()
+            finally:
+                batches.close()
+            if loader.cache_stats is not None:
+                produced += loader.cache_stats.fresh
     seconds = time.perf_counter() - start
-    info = store.info()
-    store.close()
-    doc = {
-        **info.as_dict(),
-        "built_variants": todo,
-        "written": filler.stats.written,
-        "seconds": seconds,
-        "images_per_second": (n * len(todo)) / seconds if seconds > 0 else 0.0,
-        "error": str(filler.error) if filler.error else None,
-    }
-    lines = [
-        f"built {path}: {filler.stats.written} records written in {seconds:.1f} s "
-        f"({doc['images_per_second']:.0f} images/s produced)",
-        f"records {info.records} / {info.expected_records}, {_human(info.used_bytes)} used"
-        + (" (full: the rest is served fresh)" if info.full else ""),
-    ]
     if filler.error is not None:
-        lines.append(f"stopped: {filler.error}")
-    _emit(as_json, doc, "\n".join(lines))
-    if filler.error is not None:
-        raise SystemExit(1)
+        error: str | None = str(filler.error)
+    elif cache.disabled is not None:
+        error = cache.disabled
+    else:
+        error = None
+    return filler.stats.written, produced, todo, seconds, error

@@ -450,6 +450,82 @@ def test_cache_built_by_the_cli_is_served_by_the_loader(train_dir: Path, tmp_pat
     loader.close()
 
 
+def build_cli(train_dir: Path, path: Path, *extra: str) -> tuple[int, str]:
+    from dataplane.cache_cli import build_command
+
+    result = CliRunner().invoke(
+        build_command,
+        [str(train_dir), str(path), "--variants", "2", "--max-bytes", "64M", "--batch-size",
+         "64", "--device", "cpu", "--no-progress", *extra],
+    )
+    return result.exit_code, result.output
+
+
+def test_resumed_cli_build_produces_only_the_missing_samples(
+    train_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataplane.dali_producer
+
+    path = tmp_path / "built"
+    code, output = build_cli(train_dir, path, "--json")
+    assert code == 0, output
+    first = json.loads(output)
+    assert (first["written"], first["produced"]) == (2 * SMALL, 2 * SMALL)
+    assert first["built_variants"] == [0, 1]
+    lost = {0: [3, 150], 1: list(range(100, 140)) + [299]}  # as if a build had crashed
+    with CacheStore.open_existing(path) as store:
+        assert store.drop((i, v) for v, ids in lost.items() for i in ids) == 43
+    real = dataplane.dali_producer.DaliBatchProducer
+    asked: dict[int, list[int]] = {}
+
+    def counting(context, requests):  # type: ignore[no-untyped-def]
+        asked.setdefault(context.epoch, []).extend(i for r in requests for i in r.indices.tolist())
+        return real(context, requests)
+
+    monkeypatch.setattr(dataplane.dali_producer, "DaliBatchProducer", counting)
+    code, output = build_cli(train_dir, path, "--json")
+    assert code == 0, output
+    again = json.loads(output)
+    assert asked == lost, "only the missing samples are produced"
+    assert (again["written"], again["produced"], again["built_variants"]) == (43, 43, [0, 1])
+    assert (again["records"], again["error"]) == (2 * SMALL, None)
+    asked.clear()
+    code, output = build_cli(train_dir, path)  # complete: nothing to do, human output
+    assert code == 0, output
+    assert asked == {}
+    assert "0 records written" in output and f"records {2 * SMALL} / {2 * SMALL}" in output
+    with CacheStore.open_existing(path) as store:
+        assert verify(store).clean
+
+
+def test_cli_build_stops_with_status_1_when_a_write_fails(
+    train_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def enospc(txn: lmdb.Transaction) -> None:  # fault injection: the disk is full
+        txn.abort()
+        raise lmdb.Error("mdb_txn_commit: No space left on device")
+
+    path = tmp_path / "built"
+    Loader(  # the cache exists (its metadata written), empty
+        train_dir, recipe="train", device="cpu",
+        cache=CacheConfig(path, variants=2, max_bytes=64 << 20),
+    ).close()
+    monkeypatch.setattr(cache.store, "_commit", enospc)
+    code, output = build_cli(train_dir, path, "--batch-size", "32")
+    assert code == 1, output
+    assert "stopped: writing to the cache" in output and "No space left on device" in output
+    assert "0 records written" in output
+    assert "CacheWarning" not in output
+
+
+def test_cli_build_into_an_unusable_path_exits_1(train_dir: Path, tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    code, output = build_cli(train_dir, not_a_dir)
+    assert code == 1
+    assert "Error: " in output and "is not a directory" in output
+
+
 def test_cached_loader_on_real_jpegs_at_224(opencv_jpegs: list[Path], tmp_path: Path) -> None:
     folders = sorted({p.parent for p in opencv_jpegs})
     items = [(str(p), folders.index(p.parent)) for p in opencv_jpegs[:40]]
