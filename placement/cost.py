@@ -59,12 +59,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GB", "SECONDS_PER_MONTH", "CostModel"]
+__all__ = ["DEFAULT_BUDGETS", "GB", "SECONDS_PER_MONTH", "CostModel"]
 
 #: Seconds in an average month (365.25 days / 12).
 SECONDS_PER_MONTH = 365.25 * 86400 / 12
 #: Bytes in a (decimal) gigabyte, as prices are quoted.
 GB = 1e9
+#: SSD budgets compared by default (:mod:`placement.evaluate`, the logs report's savings
+#: curve): SSD capacity as a share of the replayed files' peak live bytes (1% to 20%).
+#: Defined here, in a module that imports only numpy, so that analyses can use it
+#: without importing the model (LightGBM).
+DEFAULT_BUDGETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.10, 0.20)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

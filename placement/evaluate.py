@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from placement.cost import CostModel
+from placement.cost import DEFAULT_BUDGETS, CostModel
 from placement.errors import PlacementError
 from placement.features import (
     HistoryStore,
@@ -76,7 +76,6 @@ __all__ = [
     "stage_history_prediction",
 ]
 
-DEFAULT_BUDGETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.10, 0.20)
 #: Policies counted as heuristics when comparing against the learned policy.
 HEURISTICS: tuple[str, ...] = ("first-fit", "small-files-first", "stage-history")
 

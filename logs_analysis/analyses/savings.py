@@ -32,10 +32,9 @@ import numpy as np
 import pandas as pd
 
 from logs_analysis.analyses import Unavailable
+from placement.cost import DEFAULT_BUDGETS  # numpy only: no simulator, no LightGBM
 
 __all__ = ["DEFAULT_BUDGETS", "SavingsResult", "savings_curve"]
-
-DEFAULT_BUDGETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.10, 0.20)
 
 
 @dataclasses.dataclass

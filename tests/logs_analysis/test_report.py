@@ -147,3 +147,17 @@ def test_tiny_input_says_why_sections_are_missing(spark_dir: Path, tmp_path: Pat
     assert "at least 40" in data["predictability"]["unavailable"]
     assert "unavailable" in data["savings"]
     assert "Not measured" in out.read_text()
+
+
+def test_default_budgets_are_placements_without_loading_lightgbm() -> None:
+    import subprocess
+    import sys
+
+    from logs_analysis.analyses import savings
+    from placement import cost
+
+    assert savings.DEFAULT_BUDGETS is cost.DEFAULT_BUDGETS
+    assert cost.DEFAULT_BUDGETS == (0.01, 0.02, 0.05, 0.10, 0.20)
+    code = "import sys, logs_analysis.analyses.savings; print('lightgbm' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
