@@ -18,7 +18,12 @@ Prints, for the pipeline split (grouped k-fold over pipelines) and the time spli
 * model file size and the predictor's memory;
 * simulator replay speed on a log resampled to 500k rows;
 * a sensitivity run with SSD wear and HDD transfer time priced
-  (:class:`placement.cost.CostModel` optional terms).
+  (:class:`placement.cost.CostModel` optional terms), replayed twice: the policies fed a
+  density estimate (stage history, LightGBM, the threshold fed the true density) without
+  and with the break-even test of :mod:`placement.policy` (a file whose predicted saving
+  is negative stays on HDD), with the savings and SSD files of each at 5% side by side.
+  In the main runs (no wear priced) the test changes nothing: every logged file is far
+  above the break-even density there.
 
 Writes ``benchmarks/results/placement-<time>.json`` (and ``-latest``) and the PNG and
 JSON of each split under ``benchmarks/results/placement/``.
@@ -77,6 +82,29 @@ def _goal_lines(result) -> list[str]:
         lines.append(
             f"         online threshold fed the TRUE density: {100 * thr:.2f}% "
             f"({100 * thr / oracle:.1f}% of the oracle) - the ceiling of any predictor under this policy"
+        )
+    return lines
+
+
+def _break_even_lines(plain, tested, budget: float = 0.05) -> list[str]:
+    """Savings and SSD files at ``budget`` of each policy without and with the break-even test."""
+    label = f"{100 * budget:g}%"
+
+    def ssd_files(result, name: str) -> int:
+        return next(
+            s["ssd_files"]
+            for s in result.simulations
+            if s["policy"] == name and s["budget"] == budget
+        )
+
+    lines = [f"  at {label}: savings and files on SSD, without -> with the break-even test"]
+    for name in tested.savings:
+        if name == "all-hdd":
+            continue
+        before, after = plain.savings[name][label], tested.savings[name][label]
+        lines.append(
+            f"    {name:24s} {100 * before:7.2f}% -> {100 * after:7.2f}%   "
+            f"SSD files {ssd_files(plain, name):5d} -> {ssd_files(tested, name):5d}"
         )
     return lines
 
@@ -228,14 +256,23 @@ def main(argv: list[str] | None = None) -> int:
         }
 
         full = CostModel(ssd_usd_per_tb_written=0.057, hdd_bytes_per_s=270e6)
+        plain = evaluate(df, EvaluationConfig(split="time", cost_model=full, break_even=False))
         sens = evaluate(df, EvaluationConfig(split="time", cost_model=full))
         sens.write(out_dir, stem="placement-time-wear")
+        title = "time split with SSD wear ($0.057/TB written) and HDD transfer (270 MB/s) priced"
+        print(f"\n== sensitivity: {title}, WITHOUT the break-even test")
+        print(plain.table())
         print(
-            "\n== sensitivity: time split with SSD wear ($0.057/TB written) and HDD transfer (270 MB/s) priced"
+            f"\n== sensitivity: {title}, WITH the break-even test "
+            "(stage-history, lightgbm*, threshold+true-density)"
         )
         print(sens.table())
+        print("\n".join(_break_even_lines(plain, sens)))
         payload["sensitivity_wear_transfer"] = {
             k: v for k, v in sens.to_dict().items() if k != "simulations"
+        }
+        payload["sensitivity_wear_transfer_no_break_even"] = {
+            k: v for k, v in plain.to_dict().items() if k != "simulations"
         }
 
     path = write_results("placement", payload)

@@ -35,6 +35,33 @@ density (operations per byte per second, :mod:`placement.schema`) is above
 is increasing in density: ranking files by density is ranking them by saving per unit
 of the scarce SSD capacity.
 
+The break-even density
+----------------------
+Divide both costs by the byte-seconds a file holds, ``size * life``. With ``d`` its
+density (ops per byte per second), ``a = write_bytes / size`` and ``r = read_bytes /
+size`` (bytes written and read per byte stored), and the unit prices ``c_s``, ``c_h``
+(US dollars per byte-second of SSD and HDD capacity), ``p`` (US dollars per HDD
+operation), ``w`` (US dollars per byte written to SSD, 0 unless wear is priced) and
+``q`` (US dollars per byte the HDD transfers, ``p * hdd_iops_per_drive /
+hdd_bytes_per_s``, 0 unless transfer is priced)::
+
+    ssd_cost / (size * life) = c_s + a * w / life
+    hdd_cost / (size * life) = max(c_h, d * p + (a + r) * q / life)
+
+The file saves money on SSD exactly when its density is above::
+
+    d* = (c_s + (a * (w - q) - r * q) / life) / p        (ops per byte per second)
+
+and every density does (``d* = 0``) when ``c_h >= c_s + a * w / life``. Size cancels
+out; lifetime does not once wear or transfer is priced: wear is paid once per byte
+written, whatever the life, while capacity and operations accrue over it, so a
+short-lived file must be denser to pay for its wear. Without the optional terms ``d* =
+c_s / p`` (about ``2.7e-9`` with the defaults, ``10**-8.57``), for any lifetime.
+A placement policy decides when the file is created, so ``life``, ``a`` and ``r`` are
+estimates there: :mod:`placement.policy` uses the expected lifetime of the file's
+stage in earlier runs and ``a = r = 1`` (a temporary file is written once and read
+back once, the median of the placement logs), never the file's own outcome.
+
 Defaults and their public sources (list prices, late 2024; override for your fleet):
 
 * ``ssd_usd_per_gb_month = 0.08``: AWS EBS gp3 (general-purpose SSD) storage price,
@@ -136,9 +163,63 @@ class CostModel:
         drive_per_second = self.hdd_drive_usd / (self.hdd_amortization_months * SECONDS_PER_MONTH)
         return drive_per_second / self.hdd_iops_per_drive
 
-    def break_even_density(self) -> float:
-        """Density (ops per byte per second) above which SSD is cheaper than HDD."""
-        return self.ssd_usd_per_byte_second / self.hdd_usd_per_op
+    @property
+    def hdd_usd_per_byte_transferred(self) -> float:
+        """Price of the HDD drive time one byte's transfer takes (0 when transfer is not priced)."""
+        if self.hdd_bytes_per_s is None:
+            return 0.0
+        return self.hdd_usd_per_op * self.hdd_iops_per_drive / self.hdd_bytes_per_s
+
+    @property
+    def prices_lifetime(self) -> bool:
+        """Whether the break-even density depends on a file's lifetime (wear or transfer priced)."""
+        return bool(self.ssd_usd_per_tb_written) or self.hdd_bytes_per_s is not None
+
+    def break_even_density(
+        self,
+        lifetime_s: Any = None,
+        *,
+        write_bytes_per_byte: float = 1.0,
+        read_bytes_per_byte: float = 1.0,
+    ) -> Any:
+        """Density above which a file saves money on SSD (``d*`` of the module docstring).
+
+        Parameters
+        ----------
+        lifetime_s : float or array of float, optional
+            The file's lifetime, in seconds (> 0). ``None`` leaves out the terms paid
+            once per byte (wear, transfer), which is exact when neither is priced and
+            the limit of a long-lived file otherwise.
+        write_bytes_per_byte : float, keyword-only
+            Bytes written per byte stored (default 1: written once).
+        read_bytes_per_byte : float, keyword-only
+            Bytes read per byte stored (default 1: read back once).
+
+        Returns
+        -------
+        float or numpy.ndarray
+            Break-even density in operations per byte per second; ``0.0`` where the
+            HDD's capacity alone costs more than the SSD (every file saves).
+        """
+        for name, v in (
+            ("write_bytes_per_byte", write_bytes_per_byte),
+            ("read_bytes_per_byte", read_bytes_per_byte),
+        ):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"{name}={v!r} must be a number >= 0")
+        a, r = float(write_bytes_per_byte), float(read_bytes_per_byte)
+        c_s, c_h = self.ssd_usd_per_byte_second, self.hdd_usd_per_byte_second
+        p = self.hdd_usd_per_op
+        if lifetime_s is None:
+            return c_s / p if c_h < c_s else 0.0
+        life = np.asarray(lifetime_s, np.float64)
+        w = self.ssd_usd_per_tb_written / 1e12
+        q = self.hdd_usd_per_byte_transferred
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ssd_rate = c_s + a * w / life
+            d = (c_s + (a * (w - q) - r * q) / life) / p
+        out = np.where(c_h >= ssd_rate, 0.0, np.maximum(d, 0.0))
+        return float(out) if out.ndim == 0 else out
 
     # ---------------------------------------------------------------- per file
     def ssd_cost(self, size_bytes: Any, lifetime_s: Any, write_bytes: Any = 0.0) -> np.ndarray:

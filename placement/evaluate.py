@@ -20,7 +20,11 @@ Protocol
 
 4. Each policy (:mod:`placement.policy`) replays the test rows
    (:func:`~placement.simulator.simulate`) at SSD budgets that are shares of the
-   test rows' peak live bytes (default 1, 2, 5, 10, 20%).
+   test rows' peak live bytes (default 1, 2, 5, 10, 20%). The policies fed a density
+   estimate take the break-even test under the configured cost model (a file whose
+   predicted saving is negative stays on HDD; :mod:`placement.policy`), each file's
+   expected lifetime coming from its (pipeline, stage) history
+   (:func:`stage_history_lifetime`).
 5. Reported: savings against all-HDD per policy and budget, the LightGBM policy's share
    of the oracle's savings and its ratio to the best heuristic, Spearman rank
    correlation of predicted against true density on the test rows, and (with
@@ -73,6 +77,7 @@ __all__ = [
     "evaluate",
     "measure_decisions",
     "split_masks",
+    "stage_history_lifetime",
     "stage_history_prediction",
 ]
 
@@ -117,6 +122,11 @@ class EvaluationConfig:
     policy_options : dict
         Keyword options of :class:`~placement.policy.AdaptiveThresholdPolicy`, shared by
         every policy built on it (LightGBM, stage history, small files first).
+    break_even : bool
+        Give the density-fed policies (LightGBM, stage history, the threshold fed the
+        true density) the break-even test of :mod:`placement.policy` under
+        ``cost_model``, with each file's expected lifetime from
+        :func:`stage_history_lifetime` (default ``True``).
     """
 
     split: Split = Split.PIPELINE
@@ -127,6 +137,7 @@ class EvaluationConfig:
     params: ModelParams = dataclasses.field(default_factory=ModelParams)
     cost_model: CostModel = dataclasses.field(default_factory=CostModel)
     policy_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    break_even: bool = True
 
     def __post_init__(self) -> None:
         try:
@@ -145,6 +156,14 @@ class EvaluationConfig:
             raise EvaluationError(f"folds={self.folds!r} must be an int >= 2")
         if not 0 < self.test_fraction < 1:
             raise EvaluationError(f"test_fraction={self.test_fraction!r} must be in (0, 1)")
+        if not isinstance(self.break_even, bool):
+            raise EvaluationError(f"break_even={self.break_even!r} must be True or False")
+        if {"cost_model", "expected_lifetime"} & set(self.policy_options):
+            raise EvaluationError(
+                "policy_options may not hold cost_model or expected_lifetime: the "
+                "evaluation passes its own cost_model (set break_even=False to leave the "
+                "break-even test out)"
+            )
         AdaptiveThresholdPolicy(0, **self.policy_options)  # validates the options
 
 
@@ -292,6 +311,13 @@ def stage_history_prediction(features: pd.DataFrame) -> np.ndarray:
     return est.to_numpy(np.float64)
 
 
+def stage_history_lifetime(features: pd.DataFrame) -> np.ndarray:
+    """Expected lifetime of each file, in seconds: the geometric mean lifetime of its
+    (pipeline, stage) in runs finished before it was created (``10 ** h_ps_llife``, a
+    history feature, so known at creation); ``NaN`` without such runs."""
+    return np.power(10.0, features["h_ps_llife"].to_numpy(np.float64))
+
+
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     from scipy.stats import spearmanr
 
@@ -384,6 +410,8 @@ def evaluate(
         lightgbm=preds["lightgbm"],
         extra=extra,
         options=config.policy_options,
+        expected_lifetime=stage_history_lifetime(features.loc[test]),
+        break_even=config.break_even,
     )
 
     sims: list[dict[str, Any]] = []
@@ -419,6 +447,7 @@ def evaluate(
             "params": dataclasses.asdict(config.params),
             "cost_model": config.cost_model.to_dict(),
             "policy_options": dict(config.policy_options),
+            "break_even": config.break_even,
         },
         rows={
             "total": issues.total_rows,

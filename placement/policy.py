@@ -10,18 +10,21 @@ Policies
 --------
 :class:`AdaptiveThresholdPolicy`
     The learned policy: admit a file when its predicted density clears a threshold
-    that follows the recent predictions and the SSD's occupancy (rule below). Fed
-    LightGBM predictions it is *the LightGBM policy*; fed the per-stage mean density of
-    earlier runs it is the *stage-history heuristic* (:class:`StageHistoryPolicy`, the
-    same rule, so the two differ only in their predictions).
+    that follows the recent predictions and the SSD's occupancy (rule below) and,
+    given a ``cost_model``, when SSD is worth it for that file at all (the break-even
+    test below). Fed LightGBM predictions it is *the LightGBM policy*; fed the
+    per-stage mean density of earlier runs it is the *stage-history heuristic*
+    (:class:`StageHistoryPolicy`, the same rule, so the two differ only in their
+    predictions).
 :class:`AllHDDPolicy`
     Every file on HDD (the baseline the savings are measured against).
 :class:`FirstFitPolicy`
-    SSD while it fits, else HDD.
+    SSD while it fits, else HDD (the baseline: no ranking, no break-even test).
 :class:`SmallFilesFirstPolicy`
     Smaller files are denser (a file's operation count varies much less than its
     size): with ``max_size_bytes`` it admits files up to that size while they fit;
-    without it, it ranks files by size under the adaptive threshold.
+    without it, it ranks files by size under the adaptive threshold. It has no
+    density estimate to price, so no break-even test.
 :class:`OraclePolicy`
     The limit: knows every file's true density and the whole future. It is the
     offline greedy for this interval-packing problem: files sorted by true saving per
@@ -67,17 +70,54 @@ rises; both were chosen on the training runs of the workload suite, never on hel
 runs. Until ``min_window`` predictions have been seen, files are admitted while they
 fit. The sorted window is refreshed every ``refresh`` placements, so a decision costs
 O(log window). A file without a prediction (``NaN``) goes to HDD.
+
+The break-even test
+-------------------
+The threshold ranks files; it does not ask whether a file is worth SSD at all. With
+a ``cost_model`` (:class:`~placement.cost.CostModel`) an adaptive-threshold policy
+also requires that the file's *predicted* saving be non-negative::
+
+    predicted_log_density >= log10(d*(L))
+
+with ``d*`` the break-even density of :meth:`placement.cost.CostModel.break_even_density`
+(operations per byte per second), ``L`` the file's expected lifetime in seconds, and
+one write and one read of each byte stored (``a = r = 1``). Everything in it is known
+when the file is created: the prediction, the prices and ``L``, which comes from
+``expected_lifetime`` (a function of the file id, e.g. the mean lifetime of the file's
+(pipeline, stage) in earlier runs) or, where that gives none, from the policy's own
+estimate: the geometric mean lifetime of the files released so far (the policy sees
+each creation and deletion). Before any file was released it uses the lifetime-free
+``d* = c_s / p``. A file that fails the test goes to HDD even onto an empty SSD; its
+prediction still enters the threshold's window. Without optional prices (wear,
+transfer) ``d*`` does not depend on ``L`` and is about ``10**-8.57``, below every file
+of the placement logs (whose densities run from 10^-7.8 to 10^-0.8), so the test
+changes nothing there. With SSD wear priced at $0.057 per TB written and HDD transfer
+at 270 MB/s, a file written and read back once must see about one operation per 260 KB
+over its life, so a large, short-lived spill file stays on HDD. Without a
+``cost_model`` there is no test.
+
+Worked example, wear at $0.057/TB and HDD transfer at 270 MB/s priced (``a = r = 1``):
+
+===============  ===========================  =========================
+expected life    ``d*`` (ops per byte per s)  ``log10 d*``
+===============  ===========================  =========================
+0.1 s            3.8e-5                       -4.42
+1 s              3.8e-6                       -5.42
+100 s            4.1e-8                       -7.39
+===============  ===========================  =========================
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from placement.cost import CostModel
+from placement.schema import MIN_LIFETIME_S
 from placement.tier import Tier
 
 __all__ = [
@@ -133,6 +173,11 @@ class PlacementPolicy(Protocol):
     def release(self, file_id: Hashable, now: float) -> None:
         """The file was deleted at ``now`` (seconds); free what it held."""
         ...
+
+
+def _log10(value: float) -> float:
+    """log10 of a non-negative number, ``-inf`` for 0."""
+    return math.log10(value) if value > 0 else -math.inf
 
 
 def _check_capacity(ssd_capacity_bytes: Any) -> int:
@@ -261,6 +306,14 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
     occupancy_basis : OccupancyBasis or str, keyword-only
         Occupancy each file's threshold is taken at: ``"after"`` the file is placed
         (default) or ``"before"``.
+    cost_model : CostModel or None, keyword-only
+        Prices of the break-even test (module docstring): a file whose predicted
+        saving on SSD is negative goes to HDD. ``None`` (default): no test.
+    expected_lifetime : callable or None, keyword-only
+        ``expected_lifetime(file_id)`` is the file's expected lifetime in seconds,
+        known when it is created (``NaN`` if unknown); used by the break-even test
+        when ``cost_model`` prices wear or transfer. ``None`` (default), or ``NaN``
+        for a file: the geometric mean lifetime of the files released so far.
     """
 
     name = "adaptive-threshold"
@@ -274,8 +327,19 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
         exponent: float = 0.5,
         refresh: int = 64,
         occupancy_basis: OccupancyBasis | str = OccupancyBasis.AFTER,
+        cost_model: CostModel | None = None,
+        expected_lifetime: Callable[[Hashable], float] | None = None,
     ) -> None:
         super().__init__(ssd_capacity_bytes)
+        if cost_model is not None and not isinstance(cost_model, CostModel):
+            raise TypeError(
+                f"cost_model={cost_model!r} must be a placement.cost.CostModel or None"
+            )
+        if expected_lifetime is not None and not callable(expected_lifetime):
+            raise TypeError(
+                f"expected_lifetime={expected_lifetime!r} must be a callable "
+                "(file id -> seconds) or None"
+            )
         if not isinstance(window, int) or window < 1:
             raise ValueError(f"window={window!r} must be a positive int")
         if not isinstance(min_window, int) or not 0 <= min_window <= window:
@@ -295,6 +359,17 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
         self.min_window = min_window
         self.exponent = float(exponent)
         self.refresh = refresh
+        self.cost_model = cost_model
+        self.expected_lifetime = expected_lifetime
+        # the break-even test: a constant unless the lifetime matters; the lifetimes of
+        # released files (creation times of live ones) feed the policy's own estimate
+        self._prices_lifetime = cost_model is not None and cost_model.prices_lifetime
+        self._static_floor = (
+            _log10(cost_model.break_even_density()) if cost_model is not None else -math.inf
+        )
+        self._born: dict[Hashable, float] = {}
+        self._life_log_sum = 0.0
+        self._life_count = 0
         # ring buffers of the last ``window`` predictions and sizes
         self._pbuf = np.empty(window)
         self._sbuf = np.empty(window)
@@ -335,22 +410,67 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
         k = int(np.searchsorted(self._cum, f, side="left"))
         return float(self._sorted[min(k, len(self._sorted) - 1)])
 
+    def break_even_log_density(self, expected_lifetime_s: float | None = None) -> float:
+        """log10 of the density a file needs for SSD to pay off (``-inf`` without a cost model).
+
+        Parameters
+        ----------
+        expected_lifetime_s : float, optional
+            The file's expected lifetime, in seconds. ``None`` or ``NaN``: the policy's
+            own estimate (geometric mean lifetime of the files released so far; the
+            lifetime-free break-even before any). Ignored when the cost model prices
+            neither wear nor transfer.
+        """
+        cost_model = self.cost_model
+        if cost_model is None or not self._prices_lifetime:
+            return self._static_floor
+        life = math.nan if expected_lifetime_s is None else float(expected_lifetime_s)
+        if not (math.isfinite(life) and life > 0):
+            if not self._life_count:
+                return self._static_floor
+            life = 10.0 ** (self._life_log_sum / self._life_count)
+        return _log10(cost_model.break_even_density(max(life, MIN_LIFETIME_S)))
+
+    def worth_ssd(self, file_id: Hashable, predicted_log_density: float) -> bool:
+        """The break-even test: is the file's predicted saving on SSD non-negative?
+
+        ``predicted_log_density`` is log10 operations per byte per second; the file's
+        expected lifetime comes from ``expected_lifetime`` (see the class docstring).
+        Always true without a cost model.
+        """
+        if self.cost_model is None:
+            return True
+        life = None
+        if self._prices_lifetime and self.expected_lifetime is not None:
+            life = self.expected_lifetime(file_id)
+        return float(predicted_log_density) >= self.break_even_log_density(life)
+
     def place(
         self, file_id: Hashable, predicted_log_density: float, size_bytes: int, now: float
     ) -> Tier:
         size = max(int(size_bytes), 0)
         pred = float(predicted_log_density)
+        if self._prices_lifetime:
+            self._born[file_id] = float(now)
         if not math.isfinite(pred):
             return Tier.HDD
         tier = Tier.HDD
         if (
             self.ledger.fits(size)
+            and self.worth_ssd(file_id, pred)
             and pred >= self.threshold(now, occupancy=self.occupancy_with(size))
             and self.ledger.admit(file_id, size)
         ):
             tier = Tier.SSD
         self.observe(pred, size)
         return tier
+
+    def release(self, file_id: Hashable, now: float) -> None:
+        self.ledger.release(file_id)
+        born = self._born.pop(file_id, None)
+        if born is not None:
+            self._life_log_sum += math.log10(max(float(now) - born, MIN_LIFETIME_S))
+            self._life_count += 1
 
     def occupancy_with(self, size_bytes: int) -> float:
         """Occupancy a file of ``size_bytes`` bytes is judged at, by :attr:`occupancy_basis`
@@ -382,7 +502,8 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
 class StageHistoryPolicy(AdaptiveThresholdPolicy):
     """The per-stage history heuristic: the adaptive threshold fed each file's
     (pipeline, stage) mean log density of earlier runs (see
-    :func:`placement.features.HistoryStore`) instead of a model's prediction."""
+    :func:`placement.features.HistoryStore`) instead of a model's prediction. That
+    mean is a density estimate, so it takes the break-even test too (``cost_model``)."""
 
     name = "stage-history"
 
@@ -400,6 +521,12 @@ class SmallFilesFirstPolicy(AdaptiveThresholdPolicy):
     def __init__(
         self, ssd_capacity_bytes: int, *, max_size_bytes: int | None = None, **options: Any
     ) -> None:
+        if options.get("cost_model") is not None:
+            raise ValueError(
+                "cost_model: small-files-first ranks files by size and has no density "
+                "estimate to price; leave cost_model out (use StageHistoryPolicy or "
+                "AdaptiveThresholdPolicy for a break-even test)"
+            )
         super().__init__(ssd_capacity_bytes, **options)
         if max_size_bytes is not None and (
             not isinstance(max_size_bytes, int) or max_size_bytes < 0

@@ -375,6 +375,18 @@ def _named(policy: Any, name: str) -> Any:
     return policy
 
 
+def _row_lookup(values: np.ndarray | None) -> Callable[[Any], float] | None:
+    """``file id -> value`` for files named by row position (as :func:`simulate` names them)."""
+    if values is None:
+        return None
+    arr = np.asarray(values, np.float64)
+
+    def lookup(file_id: Any) -> float:
+        return float(arr[file_id])
+
+    return lookup
+
+
 def policy_roster(
     trace: Trace,
     cost_model: CostModel,
@@ -383,6 +395,8 @@ def policy_roster(
     lightgbm: np.ndarray,
     extra: Mapping[str, np.ndarray] | None = None,
     options: Mapping[str, Any] | None = None,
+    expected_lifetime: np.ndarray | None = None,
+    break_even: bool = True,
 ) -> list[PolicyMaker]:
     """The policies every comparison replays, in report order.
 
@@ -390,29 +404,58 @@ def policy_roster(
     threshold fed ``lightgbm`` (the LightGBM policy), one adaptive threshold per entry
     of ``extra`` (name -> predicted log10 densities), and the oracle last.
 
+    The policies fed a density estimate (stage history, LightGBM, ``extra``) take the
+    break-even test of :mod:`placement.policy` under ``cost_model``: a file whose
+    predicted saving is negative stays on HDD. First-fit (the baseline),
+    small-files-first (no density estimate), all-HDD and the oracle (which skips
+    unprofitable files on its own, knowing their outcome) do not.
+
     Parameters
     ----------
     trace : Trace
         The files replayed (the oracle needs their true densities and lifetimes).
     cost_model : CostModel
-        Prices the oracle ranks files by.
+        Prices the oracle ranks files by and the break-even test uses.
     stage_history, lightgbm : numpy.ndarray
         Predicted log10 density per file of the two learned-or-historic policies.
     extra : mapping, optional
         More adaptive-threshold policies by name, with their predictions.
     options : mapping, optional
         Keyword options of the threshold policies (``exponent``, ``window``, ...).
+    expected_lifetime : numpy.ndarray, optional
+        Expected lifetime per file in seconds, known at its creation (e.g.
+        :func:`placement.evaluate.stage_history_lifetime`; ``NaN`` where unknown), for
+        the break-even test when ``cost_model`` prices wear or transfer. Default: each
+        policy's own estimate from the files released before (see
+        :class:`~placement.policy.AdaptiveThresholdPolicy`).
+    break_even : bool
+        Give the density-fed policies the break-even test (default); ``False``
+        replays them without it, to measure what it changes.
     """
     opts = dict(options or {})
+    if expected_lifetime is not None and np.shape(expected_lifetime) != (len(trace),):
+        raise ValueError(
+            f"expected_lifetime has shape {np.shape(expected_lifetime)} but the trace has "
+            f"{len(trace)} files; give one lifetime (seconds, NaN if unknown) per file"
+        )
+    priced: dict[str, Any] = (
+        {"cost_model": cost_model, "expected_lifetime": _row_lookup(expected_lifetime)}
+        if break_even
+        else {}
+    )
 
     def threshold(name: str) -> Callable[[int], PlacementPolicy]:
-        return lambda cap: _named(AdaptiveThresholdPolicy(cap, **opts), name)
+        return lambda cap: _named(AdaptiveThresholdPolicy(cap, **opts, **priced), name)
 
     roster: list[PolicyMaker] = [
         ("all-hdd", lambda cap: AllHDDPolicy(), None),
         ("first-fit", lambda cap: FirstFitPolicy(cap), None),
         ("small-files-first", lambda cap: SmallFilesFirstPolicy(cap, **opts), None),
-        ("stage-history", lambda cap: StageHistoryPolicy(cap, **opts), stage_history),
+        (
+            "stage-history",
+            lambda cap: StageHistoryPolicy(cap, **opts, **priced),
+            stage_history,
+        ),
         ("lightgbm", threshold("lightgbm"), lightgbm),
     ]
     roster += [(name, threshold(name), pred) for name, pred in (extra or {}).items()]

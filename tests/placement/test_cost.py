@@ -69,3 +69,25 @@ def test_to_dict_round_trips() -> None:
     c = CostModel(ssd_usd_per_gb_month=0.1)
     assert CostModel(**c.to_dict()) == c
     assert c.ssd_usd_per_byte_second == pytest.approx(0.1 / GB / SECONDS_PER_MONTH)
+
+
+def test_break_even_density_with_wear_depends_on_lifetime_and_matches_saving() -> None:
+    full = CostModel(ssd_usd_per_tb_written=0.057, hdd_bytes_per_s=270e6)
+    size = 1e6
+    lives = np.array([0.01, 0.1, 1.0, 10.0, 1000.0])
+    d = full.break_even_density(lives)
+    assert (np.diff(d) < 0).all()  # a longer life spreads the wear: a lower bar
+    for life, de in zip(lives, d, strict=True):
+        for factor, sign in ((1.5, 1), (1 / 1.5, -1)):
+            ops = factor * de * size * life
+            saving = full.saving(size, life, ops, io_bytes=2 * size, write_bytes=size)
+            assert np.sign(saving) == sign
+    # without optional terms the lifetime does not matter
+    base = CostModel()
+    assert base.break_even_density(lives) == pytest.approx(base.break_even_density())
+    assert not base.prices_lifetime and full.prices_lifetime
+    # an HDD dearer per byte-second than the SSD: every file saves
+    assert CostModel(hdd_usd_per_gb_month=0.1).break_even_density() == 0.0
+    assert CostModel(hdd_usd_per_gb_month=0.1).break_even_density(1.0) == 0.0
+    with pytest.raises(ValueError, match="write_bytes_per_byte"):
+        full.break_even_density(1.0, write_bytes_per_byte=-1)

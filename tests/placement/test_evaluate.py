@@ -204,3 +204,35 @@ def test_cli_evaluate_writes_table_png_json(tmp_path: Path, log_dir: Path) -> No
         "placement-eval.txt",
         "placement-eval.png",
     }
+
+
+def test_break_even_options_are_validated() -> None:
+    with pytest.raises(EvaluationError, match="break_even"):
+        EvaluationConfig(break_even="yes")  # type: ignore[arg-type]
+    with pytest.raises(EvaluationError, match="cost_model"):
+        EvaluationConfig(policy_options={"cost_model": None})
+
+
+def test_expected_lifetime_of_the_break_even_test_uses_earlier_runs_only(
+    rng: np.random.Generator,
+) -> None:
+    """Scrambling a run's outcomes leaves its files' expected lifetimes (and earlier
+    runs') as they were; only later runs see them."""
+    from placement.evaluate import stage_history_lifetime
+    from placement.features import build_features
+
+    log = make_log(seed=1).to_pandas()
+    runs = log.groupby("run_id")["created_at"].min().sort_values().index.tolist()
+    target = runs[len(runs) // 2]
+    upto = log["run_id"].isin(runs[: runs.index(target) + 1]).to_numpy()
+    before = stage_history_lifetime(build_features(log))
+    changed = log.copy()
+    in_run = (changed["run_id"] == target).to_numpy()
+    life = (changed["deleted_at"] - changed["created_at"]).to_numpy()
+    changed.loc[in_run, "deleted_at"] = changed.loc[in_run, "created_at"].to_numpy() + (
+        rng.permutation(life[in_run]) * 10
+    )
+    changed.loc[in_run, "size_bytes"] = changed.loc[in_run, "size_bytes"] * 3
+    after = stage_history_lifetime(build_features(changed))
+    np.testing.assert_array_equal(before[upto], after[upto])
+    assert np.isfinite(before[upto]).any() and not np.array_equal(before[~upto], after[~upto])

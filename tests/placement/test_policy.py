@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from placement.cost import CostModel
 from placement.policy import (
     AdaptiveThresholdPolicy,
     AllHDDPolicy,
@@ -196,3 +197,74 @@ def test_threshold_after_admission_charges_a_file_for_the_space_it_takes() -> No
     assert before.occupancy_with(60) == pytest.approx(0.20)
     assert before.place("big-middling", mid, 60, 201.0) is Tier.SSD  # densest 89% suffices
 
+
+
+# ---------------------------------------------------------------- the break-even test
+#: SSD wear and HDD transfer priced: short-lived files must be dense to pay for their wear.
+WEAR = CostModel(ssd_usd_per_tb_written=0.057, hdd_bytes_per_s=270e6)
+
+
+def test_break_even_keeps_a_dense_enough_but_unprofitable_file_on_hdd() -> None:
+    """Dense enough for the threshold (an empty SSD admits anything), not worth SSD under wear."""
+    life = 0.1  # expected seconds: d* = 3.8e-5 ops per byte per second (10**-4.42)
+    floor = math.log10(WEAR.break_even_density(life))
+    assert floor == pytest.approx(-4.416, abs=1e-3)
+    for cls in (AdaptiveThresholdPolicy, StageHistoryPolicy):
+        priced = cls(10**9, cost_model=WEAR, expected_lifetime=lambda _id: life)
+        assert priced.threshold() == -math.inf  # the threshold alone would admit it
+        assert priced.place("sparse", floor - 0.5, 10**6, 0.0) is Tier.HDD
+        assert priced.place("dense", floor + 0.5, 10**6, 0.0) is Tier.SSD
+        assert priced.ledger.used == 10**6
+        # the same file is admitted under the default prices (no wear) and without a model
+        default = cls(10**9, cost_model=CostModel())
+        assert default.place("sparse", floor - 0.5, 10**6, 0.0) is Tier.SSD
+        assert cls(10**9).place("sparse", floor - 0.5, 10**6, 0.0) is Tier.SSD
+
+
+def test_break_even_test_agrees_with_the_cost_model(rng: np.random.Generator) -> None:
+    """A file passes exactly when the cost model prices its expected outcome as a saving."""
+    for _ in range(300):
+        life = float(10 ** rng.uniform(-2.5, 2.5))
+        log_d = float(rng.uniform(-9.0, -3.0))
+        size = float(10 ** rng.uniform(4, 8))
+        p = AdaptiveThresholdPolicy(10**12, cost_model=WEAR, expected_lifetime=lambda _id: life)
+        ops = 10**log_d * size * life  # what the prediction implies over the expected life
+        # written once, read back once: a = r = 1
+        saving = WEAR.saving(size, life, ops, io_bytes=2 * size, write_bytes=size)
+        if abs(float(saving)) > 1e-6 * float(WEAR.ssd_cost(size, life, size)):
+            assert p.worth_ssd("f", log_d) == (saving > 0)
+
+
+def test_default_prices_admit_every_logged_density() -> None:
+    """Without wear the break-even density is ~10**-8.57 for any lifetime."""
+    p = AdaptiveThresholdPolicy(100, cost_model=CostModel(), expected_lifetime=lambda _id: 1e-3)
+    assert p.break_even_log_density(1e-3) == pytest.approx(-8.565, abs=1e-3)
+    assert p.break_even_log_density(1e3) == p.break_even_log_density(None)
+    assert p.worth_ssd("f", -7.0) and not p.worth_ssd("f", -9.0)
+
+
+def test_without_a_lifetime_estimate_the_policy_learns_it_from_released_files() -> None:
+    p = AdaptiveThresholdPolicy(10**9, cost_model=WEAR)  # no expected_lifetime
+    # nothing released yet: the lifetime-free break-even (capacity price only)
+    assert p.break_even_log_density() == pytest.approx(math.log10(CostModel().break_even_density()))
+    assert p.place("old", -3.0, 10, 0.0) is Tier.SSD
+    p.place("still-alive", -3.0, 10, 0.0)
+    assert p.break_even_log_density() < -8  # a file alive now tells nothing yet
+    p.release("old", 0.1)  # lived 0.1 s
+    assert p.break_even_log_density() == pytest.approx(math.log10(WEAR.break_even_density(0.1)))
+    assert p.place("sparse", -5.0, 10**6, 1.0) is Tier.HDD
+    # a NaN estimate for a file falls back on the same learned lifetime
+    q = AdaptiveThresholdPolicy(10**9, cost_model=WEAR, expected_lifetime=lambda _id: math.nan)
+    q.place("old", -3.0, 10, 0.0)
+    q.release("old", 0.1)
+    assert q.place("sparse", -5.0, 10**6, 1.0) is Tier.HDD
+
+
+def test_break_even_leaves_the_baselines_alone_and_validates_options() -> None:
+    with pytest.raises(ValueError, match="cost_model"):
+        SmallFilesFirstPolicy(10, cost_model=WEAR)
+    with pytest.raises(TypeError, match="cost_model"):
+        AdaptiveThresholdPolicy(10, cost_model="wear")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected_lifetime"):
+        AdaptiveThresholdPolicy(10, expected_lifetime=1.0)  # type: ignore[arg-type]
+    assert FirstFitPolicy(10**9).place("sparse", -9.0, 10**6, 0.0) is Tier.SSD

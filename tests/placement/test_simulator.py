@@ -133,3 +133,40 @@ def test_peak_live_bytes() -> None:
     df = _log([(0.0, 2.0, 10, 2), (1.0, 3.0, 20, 2), (2.0, 4.0, 40, 2)])
     assert peak_live_bytes(df) == 60
     assert peak_live_bytes(df.iloc[:0]) == 0
+
+
+def test_roster_gives_density_fed_policies_the_break_even_test() -> None:
+    """A 1 MB file written and read once over 0.1 s is dense enough for an empty SSD but loses money
+    on it once wear is priced: the cost-aware policies keep it on HDD, first-fit does not."""
+    from placement.simulator import policy_roster
+
+    df = _log([(0.0, 0.1, 10**6, 2), (0.0, 0.1, 10**4, 40)])
+    trace = Trace.from_table(df)
+    wear = CostModel(ssd_usd_per_tb_written=0.057, hdd_bytes_per_s=270e6)
+    assert wear.saving(10**6, 0.1, 2, 2e6, 1e6) < 0 < wear.saving(10**4, 0.1, 40, 4e5, 1e4)
+    pred = np.log10(trace.density)  # a perfect density prediction
+    life = np.array([0.1, 0.1])  # and a right expected lifetime
+
+    def tiers(break_even: bool) -> dict[str, list[int]]:
+        roster = policy_roster(
+            trace,
+            wear,
+            stage_history=pred,
+            lightgbm=pred,
+            expected_lifetime=life,
+            break_even=break_even,
+        )
+        out = {}
+        for name, make, p in roster:
+            r = simulate(trace, make(10**7), wear, 10**7, predictions=p, keep_tiers=True)
+            out[name] = r.tiers.tolist()
+        return out
+
+    priced, plain = tiers(True), tiers(False)
+    for name in ("stage-history", "lightgbm"):
+        assert priced[name] == [0, 1] and plain[name] == [1, 1]
+    assert priced["first-fit"] == plain["first-fit"] == [1, 1]
+    assert priced["small-files-first"] == plain["small-files-first"] == [1, 1]
+    assert priced["oracle"] == [0, 1]
+    with pytest.raises(ValueError, match="expected_lifetime"):
+        policy_roster(trace, wear, stage_history=pred, lightgbm=pred, expected_lifetime=life[:1])
