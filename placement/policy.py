@@ -47,9 +47,9 @@ pays for the free space it would take: a small file on a nearly empty SSD is adm
 unless it is among the sparsest few recent bytes (idle SSD capacity saves nothing),
 while a file that would take most of the free bytes must be among the densest of
 recent traffic. With
-:attr:`OccupancyBasis.BEFORE`, ``u`` is the occupancy before the file, as the service
-uses for the threshold it lends to workers (it does not know each file's size in
-advance). Worked example, 100 bytes of SSD, 20 used, ``exponent=0.5``:
+:attr:`OccupancyBasis.BEFORE`, ``u`` is the occupancy before the file. The Dask
+service applies the same rule on its workers: their leases carry the threshold at
+occupancies 0, 1/32, ..., 1 (:mod:`placement.service.lease`). Worked example, 100 bytes of SSD, 20 used, ``exponent=0.5``:
 
 =============  ======================  ===============================
 file size      ``u`` (AFTER)           densest share ``f`` it must be in
