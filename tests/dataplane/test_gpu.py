@@ -29,6 +29,15 @@ def test_cuda_loader_yields_cuda_tensors_equal_to_cpu(fmnist_small: Path) -> Non
         assert torch.equal(yg.cpu(), yc)
 
 
+def test_cuda_normalize_false_yields_cuda_uint8_equal_to_the_cpu_pixels(fmnist_small: Path) -> None:
+    data = fmnist_small / "train"
+    gpu = Loader(data, recipe=identity_recipe(), batch_size=64, device="cuda", normalize=False)
+    cpu = Loader(data, recipe=identity_recipe(), batch_size=64, device="cpu", normalize=False)
+    for (xg, _), (xc, _) in zip(list(gpu), list(cpu), strict=True):
+        assert xg.is_cuda and xg.dtype == torch.uint8
+        assert torch.equal(xg.cpu(), xc)
+
+
 def test_cuda_train_recipe_and_default_device(fmnist_small: Path) -> None:
     loader = Loader(fmnist_small / "train", batch_size=100, recipe="train", size=32, channels=3)
     assert loader.device.value == "cuda", "device=None picks CUDA when available"
