@@ -5,10 +5,30 @@ A placement decision is made when a file is created, so a feature may use only
 * the file's **creation-time columns** of the log schema
   (:data:`placement.schema.CREATION_COLUMNS`: kind, operator, expected size,
   partition counts, input bytes, priority, memory pressure, cluster width), and
-* the **history** of earlier runs: per (pipeline, stage), stage, pipeline, and
-  (file kind, operator) statistics of the density, lifetime, size and operation
-  rate of files whose run had *finished* before this file was created
+* the **history** of earlier runs: per (pipeline, stage), stage, pipeline,
+  (file kind, operator) and file kind statistics of the density, lifetime, size and
+  operation rate of files whose run had *finished* before this file was created
   (:class:`HistoryStore`).
+
+Features that transfer to pipelines never seen in training
+-----------------------------------------------------------
+A new pipeline has no (pipeline, stage) or pipeline history, and often no stage
+name in common with earlier pipelines, but its files still have a kind (spill,
+shuffle...). The **file kind** level (``h_k_*``) is known for every file once any
+earlier run wrote a file of that kind, and ``h_k_size_ratio``,
+``h_k_rate_density`` and ``h_k_ld_adj`` place this file against the typical file
+of its kind (its size against their mean size; the density their operation rate
+and their density imply at this file's size).
+
+``h_prior_ld`` is the **history prior** (:func:`history_prior`): the mean log
+density of the most specific history level that knows the file, (pipeline, stage),
+else stage, else (kind, operator), else kind, corrected by half the log ratio of
+the file's expected size to that level's mean size (a file twice as large as its
+peers is expected about 1.4x sparser; the half is the midpoint between "operations
+per file are fixed" (density ~ 1/size) and "density does not depend on size").
+The model (:mod:`placement.model`) learns the *residual* of the log density
+against this prior, so on an unseen pipeline it starts from what earlier files of
+the same kind did rather than from the average of every training pipeline.
 
 No outcome column (:data:`placement.schema.OUTCOME_COLUMNS`) of the file itself, nor of
 any file of its own run, ever enters its features. ``tests/placement/test_features.py``
@@ -46,12 +66,15 @@ __all__ = [
     "FILE_KINDS",
     "HISTORY_LEVELS",
     "OPERATORS",
+    "PRIOR_LEVELS",
+    "PRIOR_SIZE_SLOPE",
     "HistorySnapshot",
     "HistoryStore",
     "RowIssues",
     "build_features",
     "clean_table",
     "features_from_request",
+    "history_prior",
     "log_density",
 ]
 
@@ -79,7 +102,12 @@ HISTORY_LEVELS: dict[str, tuple[str, ...]] = {
     "s": ("stage",),
     "p": ("pipeline",),
     "ko": ("file_kind", "operator"),
+    "k": ("file_kind",),
 }
+#: History levels the prior (:func:`history_prior`) falls back through, most specific first.
+PRIOR_LEVELS: tuple[str, ...] = ("ps", "s", "ko", "k")
+#: Share of the log size ratio (file against its history level) the prior subtracts.
+PRIOR_SIZE_SLOPE = 0.5
 #: Statistics kept per history key (means over files of earlier runs).
 _STATS = ("n", "ld", "sd", "llife", "lrate", "lsize")
 
@@ -99,7 +127,9 @@ _HISTORY_FEATURES = tuple(
     f"h_{level}_{stat}"
     for level in HISTORY_LEVELS
     for stat in (
-        ("n", "ld", "sd", "llife", "lrate", "lsize") if level == "ps" else ("n", "ld", "lrate")
+        ("n", "ld", "sd", "llife", "lrate", "lsize")
+        if level in ("ps", "k")
+        else ("n", "ld", "lrate")
     )
 ) + (
     # density the history's operation rate implies for this file's expected size
@@ -108,6 +138,12 @@ _HISTORY_FEATURES = tuple(
     "h_ko_rate_density",
     # this file's expected size against the typical size of its (pipeline, stage)
     "h_ps_size_ratio",
+    # the same against every earlier file of its kind (transfers to new pipelines)
+    "h_k_rate_density",
+    "h_k_size_ratio",
+    "h_k_ld_adj",
+    # the history prior the model learns the residual against (history_prior)
+    "h_prior_ld",
 )
 
 #: The model's input columns, in order. Creation-time facts and history only.
@@ -482,6 +518,45 @@ class HistorySnapshot:
 
 
 # ------------------------------------------------------------------------- features
+def history_prior(log_size: Any, hist: Mapping[str, Any]) -> Any:
+    """The history prior of a file's log10 density (see the module docstring).
+
+    Parameters
+    ----------
+    log_size : float or numpy.ndarray
+        log10 of the file's expected size in bytes (``NaN`` if unknown).
+    hist : mapping
+        History statistics ``h_<level>_ld`` and ``h_<level>_lsize`` for every level of
+        :data:`PRIOR_LEVELS` (scalars or arrays, ``NaN`` where a level has no runs).
+
+    Returns
+    -------
+    float or numpy.ndarray
+        ``h_L_ld - PRIOR_SIZE_SLOPE * (log_size - h_L_lsize)`` for the first level ``L``
+        of :data:`PRIOR_LEVELS` with history (the size term is left out when the size is
+        unknown); ``NaN`` where no level has any.
+
+    Examples
+    --------
+    A file of 10 MB whose (pipeline, stage) wrote files of 1 MB at a mean log density
+    of -5 gets a prior of ``-5 - 0.5 * (7 - 6) = -5.5``.
+    """
+    if isinstance(log_size, float):  # one live decision: no numpy on this path
+        for level in PRIOR_LEVELS:
+            ld = float(hist[f"h_{level}_ld"])
+            if ld == ld:  # not NaN
+                shift = log_size - float(hist[f"h_{level}_lsize"])
+                return ld - PRIOR_SIZE_SLOPE * (shift if shift == shift else 0.0)
+        return math.nan
+    prior: Any = math.nan
+    for level in reversed(PRIOR_LEVELS):
+        ld = hist[f"h_{level}_ld"]
+        shift = np.nan_to_num(log_size - hist[f"h_{level}_lsize"], nan=0.0)
+        value = ld - PRIOR_SIZE_SLOPE * shift
+        prior = np.where(np.isnan(ld), prior, value)
+    return prior if np.ndim(prior) else float(prior)
+
+
 def _derived(log_size: Any, hist: Mapping[str, Any], out: dict[str, Any]) -> None:
     """Fill the derived history features (works on arrays and on scalars)."""
     floor = math.log10(MIN_SIZE_BYTES)
@@ -491,6 +566,11 @@ def _derived(log_size: Any, hist: Mapping[str, Any], out: dict[str, Any]) -> Non
     out["h_s_rate_density"] = hist["h_s_lrate"] - ls
     out["h_ko_rate_density"] = hist["h_ko_lrate"] - ls
     out["h_ps_size_ratio"] = log_size - hist["h_ps_lsize"]
+    out["h_k_rate_density"] = hist["h_k_lrate"] - ls
+    out["h_k_size_ratio"] = log_size - hist["h_k_lsize"]
+    # the kind's mean density moved to this file's size as if its operations were fixed
+    out["h_k_ld_adj"] = hist["h_k_ld"] - (log_size - hist["h_k_lsize"])
+    out["h_prior_ld"] = history_prior(log_size, hist)
 
 
 def build_features(

@@ -8,6 +8,17 @@ a total order of files at any cut, not a few fixed class boundaries; density spa
 seven orders of magnitude, so the target is its logarithm, where squared error treats
 a 10x miss the same at every scale.
 
+The trees learn the **residual against the history prior** (``h_prior_ld``, see
+:func:`placement.features.history_prior`): the prior is LightGBM's initial score in
+training and is added back to the trees' output in prediction, so a prediction is
+``prior + trees(features)``. A file without any history (no earlier run wrote a file
+of its kind) gets the mean training target as its prior (``prior_fallback`` in the
+sidecar). Why: on pipelines never seen in training, trees fitted to the density
+itself fall back to the average of the training pipelines, while the residual keeps
+what earlier files of the same stage or kind did; on the workload suite, chosen by
+grouped k-fold over the *training* pipelines, it raised the LightGBM policy's share
+of the oracle's savings at a 5% SSD budget from 0.79 to 0.83 there.
+
 :class:`ModelSet` holds per-workload (per-pipeline) models beside a global one and
 routes each file to its pipeline's model, falling back to the global model for any
 pipeline it has none for. Any saved :class:`DensityModel` directory can be plugged in
@@ -59,13 +70,22 @@ from placement.features import (
 )
 from placement.schema import SCHEMA_VERSION
 
-__all__ = ["MODEL_FORMAT", "MODEL_VERSION", "DensityModel", "ModelParams", "ModelSet"]
+__all__ = [
+    "MODEL_FORMAT",
+    "MODEL_VERSION",
+    "PRIOR_FEATURE",
+    "DensityModel",
+    "ModelParams",
+    "ModelSet",
+]
 
 logger = logging.getLogger(__name__)
 
 MODEL_FORMAT = "dataplane.placement.density-model"
 MODEL_SET_FORMAT = "dataplane.placement.model-set"
-MODEL_VERSION = 1
+MODEL_VERSION = 2
+#: The feature column whose value is the offset the trees are fitted against.
+PRIOR_FEATURE = "h_prior_ld"
 MODEL_FILE = "model.txt"
 META_FILE = "model.json"
 SET_FILE = "models.json"
@@ -141,6 +161,9 @@ class ModelParams:
             "num_threads": self.num_threads,
             "verbosity": -1,
         }
+
+
+_PRIOR_INDEX = FEATURE_COLUMNS.index(PRIOR_FEATURE)
 
 
 def _as_matrix(features: Any) -> np.ndarray:
@@ -233,6 +256,13 @@ class DensityModel:
         self.metadata: dict[str, Any] = {}
         self.path: Path | None = None
         self._single: tuple[Any, _SingleRow | None] | None = None
+        #: Prior (log10 density) of a file without history; set by training or loading.
+        self.prior_fallback: float = 0.0
+
+    def _prior(self, x: np.ndarray) -> np.ndarray:
+        """The offset of each feature row: its history prior, else :attr:`prior_fallback`."""
+        prior = x[:, _PRIOR_INDEX]
+        return np.where(np.isnan(prior), self.prior_fallback, prior)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -242,6 +272,7 @@ class DensityModel:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_single", None)
+        self.__dict__.setdefault("prior_fallback", 0.0)
 
     # ------------------------------------------------------------------ training
     def fit(
@@ -272,9 +303,11 @@ class DensityModel:
         if not ok.any():
             raise ModelError("no finite log-density targets to train on")
         start = time.perf_counter()
+        self.prior_fallback = float(np.mean(y[ok]))
         data = lgb.Dataset(
             x[ok],
             y[ok],
+            init_score=self._prior(x[ok]),
             weight=None if weight is None else np.asarray(weight, np.float64)[ok],
             feature_name=list(FEATURE_COLUMNS),
             categorical_feature=list(CATEGORICAL_FEATURES),
@@ -295,6 +328,8 @@ class DensityModel:
             "categorical_features": list(CATEGORICAL_FEATURES),
             "target": "log10_io_density",
             "target_units": "log10(operations per byte per second)",
+            "prior_feature": PRIOR_FEATURE,
+            "prior_fallback": self.prior_fallback,
             "params": dataclasses.asdict(self.params),
             "trained_rows": int(ok.sum()),
             "train_seconds": time.perf_counter() - start,
@@ -326,7 +361,8 @@ class DensityModel:
         x = _as_matrix(features)
         if num_threads is None:
             num_threads = 1 if len(x) == 1 else 0
-        return np.asarray(booster.predict(x, num_threads=num_threads), dtype=np.float64)
+        raw = np.asarray(booster.predict(x, num_threads=num_threads), dtype=np.float64)
+        return raw + self._prior(x)
 
     def predict_one(self, row: np.ndarray) -> float:
         """Predicted log10 density of one feature row (the single-decision path, see the
@@ -342,9 +378,13 @@ class DensityModel:
                 )
                 fast = None
             single = self._single = (booster, fast)
+        prior = float(row[_PRIOR_INDEX])
+        if prior != prior:  # NaN: no history at any level
+            prior = self.prior_fallback
         if single[1] is not None:
-            return single[1](row)
-        return float(booster.predict(np.asarray(row, np.float64).reshape(1, -1), num_threads=1)[0])
+            return single[1](row) + prior
+        raw = booster.predict(np.asarray(row, np.float64).reshape(1, -1), num_threads=1)[0]
+        return float(raw) + prior
 
     def predict_table(
         self, table: pa.Table | pd.DataFrame, history: HistoryStore | None = None
@@ -447,8 +487,15 @@ class DensityModel:
         model = cls(
             ModelParams(**meta.get("params", {})) if isinstance(meta.get("params"), dict) else None
         )
+        fallback = meta.get("prior_fallback")
+        if meta.get("prior_feature") != PRIOR_FEATURE or not isinstance(fallback, (int, float)):
+            raise ModelError(
+                f"{meta_file} does not name its history prior ({PRIOR_FEATURE!r} and a numeric "
+                f"prior_fallback); retrain it: {hint}"
+            )
         model.booster = booster
         model.metadata = meta
+        model.prior_fallback = float(fallback)
         model.path = directory
         return model
 

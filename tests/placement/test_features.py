@@ -15,6 +15,7 @@ from placement.features import (
     build_features,
     clean_table,
     features_from_request,
+    history_prior,
     log_density,
 )
 from placement.schema import ID_COLUMNS, OUTCOME_COLUMNS
@@ -76,6 +77,63 @@ def test_first_run_has_no_history_and_second_sees_the_first(log: pd.DataFrame) -
     expected = log_density(log.loc[earlier]).mean()
     np.testing.assert_allclose(feats.loc[second, "h_ps_ld"].to_numpy(), expected)
     np.testing.assert_allclose(feats.loc[second, "h_ps_n"].to_numpy(), np.log1p(earlier.sum()))
+
+
+def test_kind_history_comes_from_earlier_runs_of_other_pipelines(log: pd.DataFrame) -> None:
+    feats = build_features(log)
+    # the very first run has no history at any level, kind included
+    first = (log["run_id"] == "pipe0-run0").to_numpy()
+    assert (feats.loc[first, "h_k_n"] == 0).all()
+    assert feats.loc[first, ["h_k_ld", "h_k_size_ratio", "h_prior_ld"]].isna().all().all()
+    # the first run of another pipeline knows the kind from pipe0-run0 (finished before it)
+    spill = (log["file_kind"] == "spill").to_numpy()
+    second = ((log["run_id"] == "pipe1-run0") & spill).to_numpy()
+    assert (feats.loc[second, "h_ps_n"] == 0).all()
+    created = log.loc[second, "created_at"].min()
+    ends = log.groupby("run_id")["deleted_at"].max()
+    done = log["run_id"].map(ends).to_numpy() < created
+    assert set(log.loc[done, "run_id"]) == {"pipe0-run0"}
+    earlier = done & spill
+    np.testing.assert_allclose(
+        feats.loc[second, "h_k_ld"].to_numpy(), log_density(log.loc[earlier]).mean()
+    )
+    mean_lsize = np.log10(log.loc[earlier, "size_bytes"].to_numpy(float)).mean()
+    np.testing.assert_allclose(
+        feats.loc[second, "h_k_size_ratio"].to_numpy(),
+        feats.loc[second, "log_expected_size"].to_numpy() - mean_lsize,
+    )
+    # with no (pipeline, stage), stage or (kind, operator) history the prior is the kind's
+    no_specific = feats.loc[second, ["h_s_ld", "h_ko_ld"]].isna().all(axis=1).to_numpy()
+    rows = np.flatnonzero(second)[no_specific]
+    expected = feats.loc[rows, "h_k_ld"] - 0.5 * feats.loc[rows, "h_k_size_ratio"]
+    np.testing.assert_allclose(feats.loc[rows, "h_prior_ld"], expected)
+
+
+def test_history_prior_falls_back_from_specific_to_kind_level() -> None:
+    nan = float("nan")
+    hist = {
+        "h_ps_ld": -5.0,
+        "h_ps_lsize": 6.0,
+        "h_s_ld": -4.0,
+        "h_s_lsize": 5.0,
+        "h_ko_ld": nan,
+        "h_ko_lsize": nan,
+        "h_k_ld": -6.0,
+        "h_k_lsize": 7.0,
+    }
+    # the docstring's worked example: 10 MB file, 1 MB peers at -5 -> -5.5
+    assert history_prior(7.0, hist) == pytest.approx(-5.5)
+    assert history_prior(7.0, {**hist, "h_ps_ld": nan, "h_ps_lsize": nan}) == pytest.approx(-5.0)
+    only_kind = {**hist, "h_ps_ld": nan, "h_s_ld": nan}
+    assert history_prior(7.0, only_kind) == pytest.approx(-6.0)
+    assert history_prior(nan, only_kind) == pytest.approx(-6.0)  # size unknown: no size term
+    assert np.isnan(history_prior(7.0, {k: nan for k in hist}))
+    # the batch (array) form agrees with the single-decision (float) form
+    sizes = np.array([7.0, 5.5, nan])
+    arrays = {k: np.full(3, v) for k, v in hist.items()}
+    np.testing.assert_allclose(
+        history_prior(sizes, arrays), [history_prior(float(x), hist) for x in sizes]
+    )
 
 
 def test_request_features_match_batch_features(log: pd.DataFrame) -> None:

@@ -59,6 +59,24 @@ def test_single_row_path_equals_batch(log: pd.DataFrame, model: DensityModel) ->
     assert model.predict(row).shape == (1,)
 
 
+def test_trees_fit_the_residual_against_the_history_prior(
+    log: pd.DataFrame, split: tuple[np.ndarray, np.ndarray], model: DensityModel
+) -> None:
+    feats = build_features(log)
+    x = feats.to_numpy(np.float64)
+    prior = feats["h_prior_ld"].to_numpy()
+    assert np.isnan(prior).any() and np.isfinite(prior).any()
+    raw = model.booster.predict(x)
+    expected = raw + np.where(np.isnan(prior), model.prior_fallback, prior)
+    np.testing.assert_allclose(model.predict(feats), expected)
+    train, _ = split
+    assert model.prior_fallback == pytest.approx(float(np.mean(log_density(log.loc[train]))))
+    # the single-decision path adds the same prior, also without any history
+    no_history = features_from_request(log.iloc[0].to_dict())
+    assert np.isnan(no_history[FEATURE_COLUMNS.index("h_prior_ld")])
+    assert model.predict_one(no_history) == pytest.approx(model.predict(no_history)[0])
+
+
 def test_feature_importances_name_every_feature(model: DensityModel) -> None:
     imp = model.feature_importances()
     assert set(imp) == set(FEATURE_COLUMNS)
@@ -75,6 +93,8 @@ def test_save_load_round_trip(tmp_path: Path, log: pd.DataFrame, model: DensityM
     np.testing.assert_array_equal(loaded.predict(feats), model.predict(feats))
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     assert meta["feature_columns"] == list(FEATURE_COLUMNS) and meta["schema_version"] == 1
+    assert meta["prior_feature"] == "h_prior_ld"
+    assert loaded.prior_fallback == model.prior_fallback
     assert loaded.file_bytes > 0
     assert (
         DensityModel.load(tmp_path / "m" / "model.json").booster.num_trees()
@@ -99,6 +119,7 @@ def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
         (lambda d: _edit_meta(d, schema_version=99), "schema version 99"),
         (lambda d: _edit_meta(d, feature_columns=["a", "b"]), "other features"),
         (lambda d: _edit_meta(d, format="something-else"), "not a placement density model"),
+        (lambda d: _edit_meta(d, prior_fallback=None), "history prior"),
     ],
 )
 def test_bad_model_files_are_refused(
