@@ -73,6 +73,12 @@ def cached_loader(data, path: Path, *, recipe=None, variants: int = 2, **options
     )
 
 
+def enospc_commit(txn: lmdb.Transaction) -> None:
+    """Fault injection for ``cache.store._commit``: the disk is full."""
+    txn.abort()
+    raise lmdb.Error("mdb_txn_commit: No space left on device")
+
+
 def epoch_keys(loader: Loader, epoch: int | None = None) -> dict[int, str]:
     """Iterate one epoch; pixel key of each sample index (from the loader's plan)."""
     if epoch is not None:
@@ -383,12 +389,8 @@ def test_resume_mid_epoch_with_the_cache(train_dir: Path, tmp_path: Path) -> Non
 def test_disk_full_while_filling_warns_and_serves_fresh(
     train_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def enospc(txn: lmdb.Transaction) -> None:  # fault injection: the disk is full
-        txn.abort()
-        raise lmdb.Error("mdb_txn_commit: No space left on device")
-
     loader = cached_loader(train_dir, tmp_path / "c", variants=1)
-    monkeypatch.setattr(cache.store, "_commit", enospc)
+    monkeypatch.setattr(cache.store, "_commit", enospc_commit)
     with pytest.warns(CacheWarning, match="No space left on device.*produced fresh"):
         keys = epoch_keys(loader, 0)
     assert sorted(keys) == list(range(SMALL))
@@ -501,16 +503,12 @@ def test_resumed_cli_build_produces_only_the_missing_samples(
 def test_cli_build_stops_with_status_1_when_a_write_fails(
     train_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def enospc(txn: lmdb.Transaction) -> None:  # fault injection: the disk is full
-        txn.abort()
-        raise lmdb.Error("mdb_txn_commit: No space left on device")
-
     path = tmp_path / "built"
     Loader(  # the cache exists (its metadata written), empty
         train_dir, recipe="train", device="cpu",
         cache=CacheConfig(path, variants=2, max_bytes=64 << 20),
     ).close()
-    monkeypatch.setattr(cache.store, "_commit", enospc)
+    monkeypatch.setattr(cache.store, "_commit", enospc_commit)
     code, output = build_cli(train_dir, path, "--batch-size", "32")
     assert code == 1, output
     assert "stopped: writing to the cache" in output and "No space left on device" in output
