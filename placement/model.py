@@ -17,7 +17,9 @@ sidecar). Why: on pipelines never seen in training, trees fitted to the density
 itself fall back to the average of the training pipelines, while the residual keeps
 what earlier files of the same stage or kind did; on the workload suite, chosen by
 grouped k-fold over the *training* pipelines, it raised the LightGBM policy's share
-of the oracle's savings at a 5% SSD budget from 0.79 to 0.83 there.
+of the oracle's savings at a 5% SSD budget from 0.79 to 0.83 there, and a size slope
+of 1.0 at the file-kind levels of the prior
+(:data:`~placement.features.PRIOR_KIND_SIZE_SLOPE`) to 0.84.
 
 :class:`ModelSet` holds per-workload (per-pipeline) models beside a global one and
 routes each file to its pipeline's model, falling back to the global model for any
@@ -30,8 +32,10 @@ A model is a directory holding ``model.txt`` (LightGBM's text model) and ``model
 (the sidecar: format name, model version, log schema version, feature list, training
 summary). :meth:`DensityModel.load` refuses, with :class:`~placement.errors.ModelError`
 naming the file and the fix, a missing or corrupt file, another format, a newer model
-version or schema version, and a feature list other than this code's
-:data:`~placement.features.FEATURE_COLUMNS`.
+version or schema version, a feature list other than this code's
+:data:`~placement.features.FEATURE_COLUMNS`, and a history prior built with other size
+slopes than :data:`~placement.features.PRIOR_SIZE_SLOPES` (the trees fit the residual
+against that prior, so they are only valid with it).
 
 Decision latency: :meth:`DensityModel.predict_one` (the live path: one feature row from
 :func:`~placement.features.features_from_request`) uses LightGBM's single-row fast C API
@@ -63,6 +67,7 @@ from placement.errors import ModelError
 from placement.features import (
     CATEGORICAL_FEATURES,
     FEATURE_COLUMNS,
+    PRIOR_SIZE_SLOPES,
     HistoryStore,
     build_features,
     clean_table,
@@ -330,6 +335,7 @@ class DensityModel:
             "target_units": "log10(operations per byte per second)",
             "prior_feature": PRIOR_FEATURE,
             "prior_fallback": self.prior_fallback,
+            "prior_size_slopes": dict(PRIOR_SIZE_SLOPES),
             "params": dataclasses.asdict(self.params),
             "trained_rows": int(ok.sum()),
             "train_seconds": time.perf_counter() - start,
@@ -492,6 +498,13 @@ class DensityModel:
             raise ModelError(
                 f"{meta_file} does not name its history prior ({PRIOR_FEATURE!r} and a numeric "
                 f"prior_fallback); retrain it: {hint}"
+            )
+        if meta.get("prior_size_slopes") != PRIOR_SIZE_SLOPES:
+            raise ModelError(
+                f"{meta_file} was trained against a history prior with size slopes "
+                f"{meta.get('prior_size_slopes')!r}; this dataplane builds it with "
+                f"{dict(PRIOR_SIZE_SLOPES)!r} (placement.features.PRIOR_SIZE_SLOPES), so its "
+                f"trees would fit the wrong residual; retrain it: {hint}"
             )
         model.booster = booster
         model.metadata = meta

@@ -11,6 +11,7 @@ import pytest
 from placement.errors import SchemaError
 from placement.features import (
     FEATURE_COLUMNS,
+    PRIOR_SIZE_SLOPES,
     HistoryStore,
     build_features,
     clean_table,
@@ -105,7 +106,7 @@ def test_kind_history_comes_from_earlier_runs_of_other_pipelines(log: pd.DataFra
     # with no (pipeline, stage), stage or (kind, operator) history the prior is the kind's
     no_specific = feats.loc[second, ["h_s_ld", "h_ko_ld"]].isna().all(axis=1).to_numpy()
     rows = np.flatnonzero(second)[no_specific]
-    expected = feats.loc[rows, "h_k_ld"] - 0.5 * feats.loc[rows, "h_k_size_ratio"]
+    expected = feats.loc[rows, "h_k_ld"] - 1.0 * feats.loc[rows, "h_k_size_ratio"]
     np.testing.assert_allclose(feats.loc[rows, "h_prior_ld"], expected)
 
 
@@ -127,6 +128,14 @@ def test_history_prior_falls_back_from_specific_to_kind_level() -> None:
     only_kind = {**hist, "h_ps_ld": nan, "h_s_ld": nan}
     assert history_prior(7.0, only_kind) == pytest.approx(-6.0)
     assert history_prior(nan, only_kind) == pytest.approx(-6.0)  # size unknown: no size term
+    # the kind levels move a whole log size ratio (operations per file fixed), the stage
+    # levels half of one: 10x the kind's mean size -> 10x sparser
+    assert history_prior(8.0, only_kind) == pytest.approx(-7.0)
+    assert history_prior(8.0, {**only_kind, "h_ko_ld": -5.0, "h_ko_lsize": 6.0}) == pytest.approx(
+        -7.0
+    )
+    assert history_prior(8.0, hist) == pytest.approx(-6.0)
+    assert PRIOR_SIZE_SLOPES == {"ps": 0.5, "s": 0.5, "ko": 1.0, "k": 1.0}
     assert np.isnan(history_prior(7.0, {k: nan for k in hist}))
     # the batch (array) form agrees with the single-decision (float) form
     sizes = np.array([7.0, 5.5, nan])

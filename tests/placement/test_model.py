@@ -13,6 +13,7 @@ from scipy.stats import spearmanr
 from placement.errors import ModelError
 from placement.features import (
     FEATURE_COLUMNS,
+    PRIOR_SIZE_SLOPES,
     HistoryStore,
     build_features,
     features_from_request,
@@ -94,6 +95,7 @@ def test_save_load_round_trip(tmp_path: Path, log: pd.DataFrame, model: DensityM
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     assert meta["feature_columns"] == list(FEATURE_COLUMNS) and meta["schema_version"] == 1
     assert meta["prior_feature"] == "h_prior_ld"
+    assert meta["prior_size_slopes"] == PRIOR_SIZE_SLOPES
     assert loaded.prior_fallback == model.prior_fallback
     assert loaded.file_bytes > 0
     assert (
@@ -120,6 +122,9 @@ def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
         (lambda d: _edit_meta(d, feature_columns=["a", "b"]), "other features"),
         (lambda d: _edit_meta(d, format="something-else"), "not a placement density model"),
         (lambda d: _edit_meta(d, prior_fallback=None), "history prior"),
+        # trained against a prior with other size slopes (or from before they were recorded)
+        (lambda d: _edit_meta(d, prior_size_slopes={"ps": 0.5, "k": 0.5}), "size slopes.*retrain"),
+        (lambda d: _edit_meta(d, prior_size_slopes=None), "size slopes.*retrain"),
     ],
 )
 def test_bad_model_files_are_refused(
