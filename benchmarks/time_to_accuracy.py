@@ -193,7 +193,7 @@ def _loaders(
 def run_schedule(cfg: Config, schedule: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from trainers.fit import fit
+    from trainers.fit import cosine_per_epoch, fit, sgd_optimizer
     from trainers.models import build_model
     from trainers.schedule import SwitchRule
 
@@ -207,9 +207,6 @@ def run_schedule(cfg: Config, schedule: str, args: argparse.Namespace) -> dict[s
     loaders = _loaders(cfg, schedule, splits, args, cache_dir)
     torch.manual_seed(args.seed)
     model = build_model(cfg.model, 10, 1, image_size=cfg.size)
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=cfg.lr, momentum=0.9, nesterov=True, weight_decay=5e-4
-    )
     epochs = cfg.epochs
     t0 = time.perf_counter()
     result = fit(
@@ -220,8 +217,8 @@ def run_schedule(cfg: Config, schedule: str, args: argparse.Namespace) -> dict[s
         fresh_loader=loaders.fresh,
         target_accuracy=cfg.target,
         epochs=epochs,
-        optimizer=optimizer,
-        lr_scheduler=lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs),
+        optimizer=sgd_optimizer(model, lr=cfg.lr),
+        lr_scheduler=cosine_per_epoch(epochs),
         switch_rule=SwitchRule(
             patience=args.patience, min_delta=args.min_delta, budget_fraction=args.phase1_fraction
         ),

@@ -215,7 +215,7 @@ def train_command(
     import torch
 
     from trainers.data import build_loaders, resolve_dataset
-    from trainers.fit import fit
+    from trainers.fit import cosine_per_epoch, fit, sgd_optimizer
     from trainers.models import build_model
     from trainers.schedule import SwitchRule
 
@@ -242,9 +242,6 @@ def train_command(
             channels, side = _image_shape(loaders.train)
             torch.manual_seed(seed)
             model = build_model(model_name, _num_classes(loaders.train), channels, image_size=side)
-            optimizer = torch.optim.SGD(
-                model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay
-            )
             result = fit(
                 model,
                 loaders.train,
@@ -253,10 +250,8 @@ def train_command(
                 fresh_loader=loaders.fresh,
                 target_accuracy=target_accuracy,
                 epochs=epochs,
-                optimizer=optimizer,
-                lr_scheduler=lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(
-                    opt, T_max=epochs
-                ),
+                optimizer=sgd_optimizer(model, lr=lr, weight_decay=weight_decay),
+                lr_scheduler=cosine_per_epoch(epochs),
                 switch_rule=SwitchRule(
                     patience=patience, min_delta=min_delta, budget_fraction=phase1_fraction
                 ),

@@ -198,6 +198,30 @@ def _evaluate(
     return loss_sum / count_f, correct_f / count_f
 
 
+def sgd_optimizer(
+    model: torch.nn.Module, lr: float = 0.05, weight_decay: float = 5e-4
+) -> torch.optim.SGD:
+    """The default optimizer of :func:`fit`: SGD with Nesterov momentum 0.9.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Whose parameters are optimized.
+    lr : float
+        Learning rate (peak, when a schedule anneals it).
+    weight_decay : float
+        L2 penalty.
+    """
+    return torch.optim.SGD(
+        model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay
+    )
+
+
+def cosine_per_epoch(epochs: int) -> Callable[[torch.optim.Optimizer], LRSchedulerLike]:
+    """An ``lr_scheduler`` for :func:`fit`: cosine annealing over ``epochs`` epochs."""
+    return lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
+
+
 def fit(
     model: nn.Module,
     train_loader: Any,
@@ -320,9 +344,7 @@ def fit(
     ctx = DistContext.current()
     model = model.to(dev)
     if optimizer is None:
-        optimizer = torch.optim.SGD(
-            model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4
-        )
+        optimizer = sgd_optimizer(model)
     scheduler: LRSchedulerLike | None
     if lr_scheduler is None or isinstance(lr_scheduler, LRSchedulerLike):
         scheduler = lr_scheduler
