@@ -7,38 +7,26 @@ from pathlib import Path
 
 import click
 
+from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
+
 __all__ = ["parse_budgets", "report_command"]
 
 logger = logging.getLogger(__name__)
 
 
 def parse_budgets(text: str) -> tuple[float, ...]:
-    """``"1,2,5"`` (percent of peak live bytes) -> ``(0.01, 0.02, 0.05)``.
+    """``"1,2,5"`` (percent of peak live bytes) -> ``(0.01, 0.02, 0.05)``
+    (:func:`placement.cost.budgets_from_percents`).
 
     Raises
     ------
     click.BadParameter
         If an item is not a number in (0, 100].
     """
-    out = []
-    for item in text.split(","):
-        item = item.strip().rstrip("%")
-        if not item:
-            continue
-        try:
-            value = float(item)
-        except ValueError:
-            raise click.BadParameter(
-                f"{item!r} is not a number; give percents like 1,2,5,10,20"
-            ) from None
-        if not 0 < value <= 100:
-            raise click.BadParameter(
-                f"{value:g}% is not in (0, 100]; give percents like 1,2,5,10,20"
-            )
-        out.append(value / 100.0)
-    if not out:
-        raise click.BadParameter("give at least one budget, e.g. 1,2,5,10,20")
-    return tuple(out)
+    try:
+        return budgets_from_percents(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,7 +55,7 @@ def parse_budgets(text: str) -> tuple[float, ...]:
 )
 @click.option(
     "--budgets",
-    default="1,2,5,10,20",
+    default=budgets_to_percents(DEFAULT_BUDGETS),
     show_default=True,
     help="SSD budgets for the savings curve, percent of peak live bytes.",
 )

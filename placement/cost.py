@@ -86,7 +86,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_BUDGETS", "GB", "SECONDS_PER_MONTH", "CostModel"]
+__all__ = [
+    "DEFAULT_BUDGETS",
+    "GB",
+    "SECONDS_PER_MONTH",
+    "CostModel",
+    "budgets_from_percents",
+    "budgets_to_percents",
+]
 
 #: Seconds in an average month (365.25 days / 12).
 SECONDS_PER_MONTH = 365.25 * 86400 / 12
@@ -97,6 +104,37 @@ GB = 1e9
 #: Defined here, in a module that imports only numpy, so that analyses can use it
 #: without importing the model (LightGBM).
 DEFAULT_BUDGETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.10, 0.20)
+
+
+def budgets_from_percents(text: str) -> tuple[float, ...]:
+    """``"1, 2%,5"`` (percents of peak live bytes, as CLIs take them) -> ``(0.01, 0.02, 0.05)``.
+
+    Raises
+    ------
+    ValueError
+        If an item is not a number in (0, 100], or there is none.
+    """
+    hint = f"give percents like {budgets_to_percents(DEFAULT_BUDGETS)}"
+    out = []
+    for item in text.split(","):
+        item = item.strip().rstrip("%")
+        if not item:
+            continue
+        try:
+            value = float(item)
+        except ValueError:
+            raise ValueError(f"{item!r} is not a number; {hint}") from None
+        if not 0 < value <= 100:
+            raise ValueError(f"{value:g}% is not in (0, 100]; {hint}")
+        out.append(value / 100.0)
+    if not out:
+        raise ValueError(f"no budget given; {hint}")
+    return tuple(out)
+
+
+def budgets_to_percents(budgets: tuple[float, ...]) -> str:
+    """Inverse of :func:`budgets_from_percents`: ``(0.01, 0.2)`` -> ``"1,20"``."""
+    return ",".join(f"{100 * b:g}" for b in budgets)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
 from placement.errors import ModelError, PlacementError
 
 logger = logging.getLogger(__name__)
@@ -186,19 +187,10 @@ def train_command(
 
 # ---------------------------------------------------------------------------- evaluate
 def _budgets(value: str) -> tuple[float, ...]:
-    out = []
-    for item in value.split(","):
-        item = item.strip().rstrip("%")
-        try:
-            b = float(item) / 100
-        except ValueError:
-            raise click.BadParameter(
-                f"{value!r} is not a comma-separated list of percentages", param_hint="--budgets"
-            ) from None
-        if not 0 < b <= 1:
-            raise click.BadParameter(f"budget {item}% must be in (0, 100]", param_hint="--budgets")
-        out.append(b)
-    return tuple(out)
+    try:
+        return budgets_from_percents(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--budgets") from None
 
 
 @click.command("evaluate")
@@ -219,7 +211,7 @@ def _budgets(value: str) -> tuple[float, ...]:
 )
 @click.option(
     "--budgets",
-    default="1,2,5,10,20",
+    default=budgets_to_percents(DEFAULT_BUDGETS),
     show_default=True,
     help="SSD budgets, percent of the test rows' peak live bytes.",
 )
