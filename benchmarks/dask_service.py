@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 # benchmarks/placement.py is named like the package: keep this folder off the import path
 # while importing ``placement``, then add it back (at the end) for ``_common``
@@ -56,6 +57,7 @@ from placement.logwriter import read_logs
 from placement.model import ModelParams, ModelSet
 from placement.service import service_state, worker_link, worker_service_state
 from placement.service.demo import PipelineSpec, run_pipeline, settle, tier_split
+from placement.service.cli import split_table
 from placement.service.local import ServeOptions, service_cluster, tight_memory
 
 sys.path.append(str(_HERE))
@@ -514,51 +516,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         print()
         print("Split between tiers (timed service runs, from the service's logs)")
-        rows_out = []
-        for (tier, kind), r in split.iterrows():
-            rows_out.append(
-                [
-                    tier,
-                    kind,
-                    int(r["files"]),
-                    mb(r["size_bytes"]),
-                    mb(r["write_bytes"]),
-                    mb(r["read_bytes"]),
-                    int(r["write_ops"]),
-                    int(r["read_ops"]),
-                    f"{100 * r['io_share']:.1f}%",
-                ]
-            )
-        for tier, r in by_tier.iterrows():
-            rows_out.append(
-                [
-                    tier,
-                    "all",
-                    int(r["files"]),
-                    mb(r["size_bytes"]),
-                    mb(r["write_bytes"]),
-                    mb(r["read_bytes"]),
-                    int(r["write_ops"]),
-                    int(r["read_ops"]),
-                    f"{100 * r['io_share']:.1f}%",
-                ]
-            )
-        print(
-            format_table(
-                [
-                    "tier",
-                    "kind",
-                    "files",
-                    "MB",
-                    "MB written",
-                    "MB read",
-                    "write ops",
-                    "read ops",
-                    "I/O share",
-                ],
-                rows_out,
-            )
-        )
+        totals = by_tier.assign(kind="all").set_index("kind", append=True)
+        print(split_table(pd.concat([split, totals])))
         fallbacks = sum(d["fallback"] for r in served for d in r["decisions"])
         failures = sum(r["link_failures"] for r in served)
         print(
