@@ -27,8 +27,8 @@ once, into a record buffer the writer hands back after its commit, and queues
 them; the writer only puts them into LMDB. So the producer may reuse its own
 buffer as soon as ``submit`` returns, and each sample is copied once before LMDB
 copies it: reusing record buffers halves the cost of that copy against writing
-into new memory (measured at 224x224x3: about 30 us per sample instead of 75 us
-for a copy plus encoding in the writer).
+into new memory (``benchmarks/cache_costs.py`` at 224x224x3: about 27 us of CPU
+per sample instead of 63-78 us for a copy plus encoding in the writer).
 
 Memory: each queued batch holds one record buffer, so the filler holds at most
 ``2 * fill_queue + 1`` of them (the queue, and what the writer took from it for

@@ -1040,8 +1040,9 @@ class CacheStore:
         when served or verified.
 
         A variant found complete is remembered, and later calls return at once
-        instead of scanning its keys again (the scan costs about 1 us per record,
-        a quarter of a pass served at 28x28). Records are only ever added, except
+        instead of scanning its keys again (the scan costs 1-2 us per record,
+        ``benchmarks/cache_costs.py``, against about 3 us per record served at
+        28x28). Records are only ever added, except
         by :meth:`drop`, :meth:`clear`, a rebuild, or the drop of a corrupt one;
         each of these in this store forgets what it remembered, and so does a
         :meth:`get_batch` of the variant that misses a sample (records dropped by
