@@ -190,10 +190,11 @@ class CacheFiller:
         variant: int,
         images: Any,
         labels: Any,
-        *,
-        copy: bool = True,
     ) -> bool:
         """Offer one produced batch to the cache; never raises on write failures.
+
+        ``images`` is encoded (copied) before ``submit`` returns, so the caller may
+        reuse its buffer at once.
 
         Parameters
         ----------
@@ -206,9 +207,6 @@ class CacheFiller:
             torch tensor via ``tensor.numpy()``, zero-copy).
         labels : array-like of int
             Their labels.
-        copy : bool
-            Kept for compatibility: ``images`` is always encoded (copied) before
-            ``submit`` returns, so the caller may reuse its buffer either way.
 
         Returns
         -------

@@ -573,7 +573,7 @@ class CachedBatchProducer(BackgroundProducer):
         pixels = images.cpu().numpy()
         if src is not None:
             pixels = pixels[src]  # a new array
-        if filler.submit(indices, self._variant, pixels, self._cache.labels[indices], copy=False):
+        if filler.submit(indices, self._variant, pixels, self._cache.labels[indices]):
             self.stats.fill_queued += n
         else:
             self.stats.fill_dropped += n

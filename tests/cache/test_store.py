@@ -194,7 +194,7 @@ def test_map_full_never_escapes_the_background_filler(open_store: Opener) -> Non
 def test_background_filler_owns_what_it_queued_and_recycles_its_buffers(
     open_store: Opener,
 ) -> None:
-    """The producer reuses one buffer for every batch (copy=False even): each batch is
+    """The producer reuses one buffer for every batch: each batch is
     encoded before submit returns, so the cache holds every batch's own pixels; the
     writer hands its record buffers back, so the filler keeps a bounded few."""
     shape = (1, 8, 8)
@@ -204,7 +204,7 @@ def test_background_filler_owns_what_it_queued_and_recycles_its_buffers(
     for start in range(0, 100, 10):
         idx = np.arange(start, start + 10)
         reused[:] = helpers.images(idx, 0, shape)
-        filler.submit(idx, 0, reused, helpers.labels(idx), copy=False)
+        filler.submit(idx, 0, reused, helpers.labels(idx))
         reused[:] = 0  # the producer overwrites its buffer at once
         filler.flush()
     assert filler.stats.written == 100 and filler.stats.dropped_queue_full == 0
