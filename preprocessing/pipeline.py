@@ -31,6 +31,7 @@ def build_pipeline(
     source: Callable[[], Any] | None = None,
     prefetch_queue_depth: int = 2,
     device_id: int | None = None,
+    source_no_copy: bool = False,
 ) -> Pipeline:
     """Create and build the DALI pipeline of ``recipe``.
 
@@ -55,6 +56,12 @@ def build_pipeline(
         Batches DALI prepares ahead (bounds memory).
     device_id : int, optional
         CUDA device for ``Device.CUDA`` (default: torch's current device).
+    source_no_copy : bool
+        Let DALI use the arrays ``source`` returns without copying them (DALI's
+        ``no_copy``). The caller must then keep each batch's arrays alive and
+        unmodified until that iteration's outputs have been taken. Saves a copy of
+        every encoded byte (about a fifth of the feeding thread's time at 224 px
+        on an H100).
 
     Returns
     -------
@@ -75,7 +82,9 @@ def build_pipeline(
 
     @pipeline_def(enable_conditionals=definition.needs_conditionals(recipe))  # type: ignore[misc]
     def graph() -> Any:
-        kwargs: dict[str, Any] = {"name": INPUT_NAME} if source is None else {"source": source}
+        kwargs: dict[str, Any] = {"name": INPUT_NAME}
+        if source is not None:
+            kwargs = {"source": source, "no_copy": source_no_copy}
         encoded = fn.external_source(batch=True, dtype=types.UINT8, device="cpu", **kwargs)
         return definition.build(encoded, recipe, device)
 

@@ -204,3 +204,21 @@ def test_wrong_arguments_name_the_fix(fmnist_small: Path, kwargs: dict, match: s
 def test_wrong_data_type(fmnist_small: Path) -> None:
     with pytest.raises(ConfigError, match="data must be a dataset path"):
         Loader(42)
+
+
+def test_file_deleted_while_read_ahead_is_skipped_in_order(writable_copy: Path) -> None:
+    # Sample 130 lies in the third batch, whose bytes are read ahead while the second
+    # is fed: its failure is reported with that batch, and every other sample arrives.
+    loader = Loader(
+        writable_copy, recipe=identity_recipe(), batch_size=50, device="cpu", on_corrupt="skip"
+    )
+    Path(loader.source.describe(130)).unlink()
+    seen = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorruptSampleWarning)
+        for images, labels in loader:
+            seen.append(len(labels))
+    stats = loader.last_epoch_stats
+    assert [s.index for s in stats.skipped] == [130]
+    assert stats.skipped[0].reason.startswith("unreadable")
+    assert sum(seen) == SMALL - 1 and seen[2] == 49

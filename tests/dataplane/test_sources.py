@@ -106,3 +106,31 @@ def test_open_source_rejects_other_files(tmp_path: Path) -> None:
         open_source(tmp_path / "x.csv")
     with pytest.raises(DatasetError, match="do not exist, e.g. .*nope.png; fix the paths"):
         FileListSource([(tmp_path / "nope.png", 0)])
+
+
+def test_file_read_survives_short_reads(
+    fmnist_small: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = open_source(fmnist_small / "train")
+    expected = Path(folder.describe(5)).read_bytes()
+    real_read = os.read
+    calls = []
+
+    def short_read(fd: int, n: int) -> bytes:  # injected fault: at most 7 bytes per call
+        calls.append(n)
+        return real_read(fd, min(n, 7))
+
+    monkeypatch.setattr("dataplane.sources.os.read", short_read)
+    assert folder.read(5) == expected
+    assert len(calls) >= len(expected) // 7
+
+
+def test_file_read_of_a_missing_or_empty_file(tmp_path: Path) -> None:
+    empty, gone = tmp_path / "empty.png", tmp_path / "gone.png"
+    empty.write_bytes(b"")
+    gone.write_bytes(b"x")
+    listed = FileListSource([(str(empty), 0), (str(gone), 0)])
+    gone.unlink()  # after the list was checked
+    assert listed.read(0) == b""
+    with pytest.raises(FileNotFoundError):
+        listed.read(1)
