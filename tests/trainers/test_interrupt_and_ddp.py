@@ -18,8 +18,13 @@ SCRIPT = Path(__file__).parent / "scripts" / "fit_fmnist.py"
 REPO = Path(__file__).resolve().parents[2]
 
 
+#: Variables a Dask ``LocalCluster`` started by an earlier test leaves in this process's
+#: environment; the child processes here run as if started from a shell.
+_LEAKED_BY_DASK = ("__DASK_PARENT_PID", "MALLOC_TRIM_THRESHOLD_", "PYTHONHASHSEED")
+
+
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in _LEAKED_BY_DASK}
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = str(REPO)
     return env

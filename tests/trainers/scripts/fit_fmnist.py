@@ -79,6 +79,8 @@ def main() -> None:
         dist.all_gather_object(everyone, mine)
         if dist.get_rank() == 0:
             (args.out / "ranks.json").write_text(json.dumps(everyone))
+        # No rank tears its connections down while another still talks to it.
+        dist.barrier()
         dist.destroy_process_group()
 
 
