@@ -124,6 +124,14 @@ class ModelParams:
         Random seed (training is deterministic for a seed and thread count).
     num_threads : int
         Training threads; 0 lets LightGBM choose.
+
+    Notes
+    -----
+    The defaults were checked by grouped validation inside the training folds of the
+    pipeline split: the share of the oracle's savings at a 5% SSD budget on the inner
+    held-out pipelines, averaged over 4 outer folds and 3 seeds. They scored highest of
+    16 settings (7-63 leaves, 5-100 rows per leaf, L2 0 or 10, 300 or 600 trees): 0.840
+    against 0.823-0.840. Sample weights did not help either (see ``README.md``).
     """
 
     n_estimators: int = 300
