@@ -221,10 +221,8 @@ class CacheFiller:
             return False
         arr = np.asarray(images)
         lab = np.asarray(labels, dtype=np.int64).reshape(-1)
-        if self.mode is FillMode.INLINE:
-            return self._write([(idx, int(variant), arr, lab)])
-        q = self._ensure_thread()
-        if q.full():  # dropped without encoding (the writer is behind)
+        q = self._ensure_thread() if self.mode is FillMode.BACKGROUND else None
+        if q is not None and q.full():  # dropped without encoding (the writer is behind)
             self.stats.dropped_queue_full += idx.size
             return False
         buffer = self._take_buffer(idx.size)
@@ -235,6 +233,8 @@ class CacheFiller:
             self.error = exc
             logger.warning("cache filling stopped: %s", exc)
             return False
+        if q is None:  # INLINE
+            return self._write([item])
         try:
             q.put_nowait(item)
         except queue.Full:
@@ -321,23 +321,19 @@ class CacheFiller:
             if len(self._buffers) < 2 * self.queue_batches + 1:
                 self._buffers.append(buffer)
 
-    def _write(self, batches: list[Any]) -> bool:
-        """Write raw ``BatchTuple`` batches (``INLINE``) or queued ``EncodedBatch`` ones."""
-        if self.error is not None:
-            return False
+    def _write(self, batches: list[EncodedBatch]) -> bool:
+        """Write encoded batches in one transaction; their buffers return to the pool."""
         try:
-            if batches and isinstance(batches[0], EncodedBatch):
-                try:
-                    written = self.store.put_encoded(batches)
-                finally:
-                    for batch in batches:
-                        self._give_buffer(batch.buffer)
-            else:
-                written = self.store.put_batches(batches)
+            if self.error is not None:
+                return False
+            written = self.store.put_encoded(batches)
         except CacheError as exc:
             self.error = exc
             logger.warning("cache filling stopped: %s", exc)
             return False
+        finally:
+            for batch in batches:
+                self._give_buffer(batch.buffer)
         self.stats.written += written
         self.stats.transactions += 1
         return self.store.admitting or written > 0
