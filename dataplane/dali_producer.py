@@ -11,8 +11,10 @@ bytes of batch ``k+1`` to DALI, copies batch ``k`` out of DALI into a torch
 tensor, and puts it on a queue of at most ``prefetch`` finished batches. A second
 thread (``dataplane-reader``) reads the bytes of the batch after the one being
 handed over, and DALI takes those bytes without copying them. Together the two
-took the feeding thread off the critical path: +8-17% images/s on an H100 at
-224 px and +12-16% on 2 CPU cores (``benchmarks/loader.py``).
+took the feeding thread off the critical path (measured once against the code
+without them, each in its own process: +8-17% images/s on an H100 at 224 px,
++12-16% on 2 CPU cores).
+
 On the CPU, DALI itself runs one batch at a time (``prefetch_queue_depth=1``):
 with deeper DALI queues a decode failure can crash the process (observed with
 DALI 2.4's CPU decoders on corrupt PNGs), and the worker thread gives nearly the
@@ -113,7 +115,8 @@ class _Feeder:
         reader: concurrent.futures.Executor | None = None,
     ) -> None:
         self._reader = reader
-        self._ahead: tuple[int, concurrent.futures.Future[list[bytes | BaseException]]] | None = None
+        #: The read of request ``self._next``, started when the one before was fed.
+        self._ahead: concurrent.futures.Future[list[bytes | BaseException]] | None = None
         self._source = context.source
         self._on_corrupt = context.on_corrupt
         self._requests = requests
@@ -173,24 +176,19 @@ class _Feeder:
         raise StopIteration
 
     def _read(self, k: int) -> list[bytes | BaseException]:
-        """Bytes of request ``k`` (from the read-ahead when it holds them); starts
-        reading request ``k + 1``."""
+        """Bytes of request ``k`` (read ahead, or now); starts reading request ``k + 1``."""
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] == k:
-            raws = ahead[1].result()
+        if ahead is not None:  # requests are fed in order: this is request k's read
+            raws = ahead.result()
         else:
-            if ahead is not None:
-                ahead[1].cancel()
             raws = _read_many(self._source, self._requests[k].indices.tolist())
         if self._reader is not None and k + 1 < len(self._requests):
             try:
-                future = self._reader.submit(
+                self._ahead = self._reader.submit(
                     _read_many, self._source, self._requests[k + 1].indices.tolist()
                 )
             except RuntimeError:  # the producer is closing: read on demand instead
                 pass
-            else:
-                self._ahead = (k + 1, future)
         return raws
 
 
@@ -255,7 +253,7 @@ class DaliBatchProducer(BackgroundProducer):
             source=source,
             prefetch_queue_depth=prefetch,
             device_id=self._ctx.device_id,
-            source_no_copy=source is not None,
+            source_no_copy=True,  # the feeder keeps its arrays until outputs are taken
         )
 
     def _dali_depth(self) -> int:

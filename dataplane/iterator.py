@@ -3,10 +3,11 @@
 :class:`LoaderIterator` is what ``iter(loader)`` returns. It pulls
 :class:`~dataplane.producer.ProducedBatch` from a producer, normalizes the images
 on the target device (or, with ``normalize=False``, hands the uint8 images on,
-copied once only when they view a producer's reused buffer), attaches labels, advances the loader's cursor after each
-batch, and reports the epoch's counts at the end. It stops cleanly when
-:meth:`close` is called or when it is garbage-collected (a ``for`` loop left
-with ``break``): the producer's threads are released.
+copied once only when they view a producer's reused buffer), attaches labels,
+advances the loader's cursor after each batch, and reports the epoch's counts at
+the end. It stops cleanly when :meth:`close` is called or when it is
+garbage-collected (a ``for`` loop left with ``break``): the producer's threads are
+released.
 """
 
 from __future__ import annotations
