@@ -285,7 +285,6 @@ class DensityModel:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_single", None)
-        self.__dict__.setdefault("prior_fallback", 0.0)
 
     # ------------------------------------------------------------------ training
     def fit(

@@ -145,6 +145,14 @@ class OccupancyBasis(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    def occupancy(self, used_bytes: int, size_bytes: int, capacity_bytes: int) -> float:
+        """Occupancy, in [0, 1], a file of ``size_bytes`` is judged at on an SSD of
+        ``capacity_bytes`` holding ``used_bytes`` (1.0 for a zero capacity)."""
+        if capacity_bytes <= 0:
+            return 1.0
+        extra = max(int(size_bytes), 0) if self is OccupancyBasis.AFTER else 0
+        return min((used_bytes + extra) / capacity_bytes, 1.0)
+
 
 @runtime_checkable
 class PlacementPolicy(Protocol):
@@ -476,11 +484,7 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
         """Occupancy a file of ``size_bytes`` bytes is judged at, by :attr:`occupancy_basis`
         (the ledger's used share, with the file's bytes added for ``AFTER``; 1.0 for a
         zero capacity)."""
-        ledger = self.ledger
-        if not ledger.capacity:
-            return 1.0
-        extra = max(int(size_bytes), 0) if self.occupancy_basis is OccupancyBasis.AFTER else 0
-        return min((ledger.used + extra) / ledger.capacity, 1.0)
+        return self.occupancy_basis.occupancy(self.ledger.used, size_bytes, self.ledger.capacity)
 
     def observe(self, predicted_log_density: float, size_bytes: int) -> None:
         """Add one file's prediction to the window without placing it.

@@ -247,9 +247,10 @@ class PlacementService:
         ledger = self.ledger
         if not ledger.capacity:
             return math.inf
-        extra = size_bytes if self.policy.occupancy_basis is OccupancyBasis.AFTER else 0
-        used = ledger.used(self.clock()) + max(int(extra), 0)
-        return self.policy.threshold(occupancy=min(used / ledger.capacity, 1.0))
+        occupancy = self.policy.occupancy_basis.occupancy(
+            ledger.used(self.clock()), size_bytes, ledger.capacity
+        )
+        return self.policy.threshold(occupancy=occupancy)
 
     def threshold_curve(self) -> list[float] | None:
         """Thresholds at occupancies ``k / (CURVE_POINTS - 1)`` (log10 density), for
