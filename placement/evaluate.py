@@ -55,6 +55,7 @@ from placement.features import (
     HistoryStore,
     build_features,
     clean_table,
+    estimated_sizes,
     features_from_request,
     log_density,
 )
@@ -387,7 +388,8 @@ def evaluate(
                     pred_pw[te] = m.predict(features.loc[te])
 
     tdf = df.loc[test].reset_index(drop=True)
-    trace = Trace.from_clean(tdf)
+    # what each test file is expected to reach, known at its creation: the SSD policies reserve it
+    trace = Trace.from_clean(tdf, known_size=estimated_sizes(df, history)[test])
     peak = peak_live_bytes(trace)
     true_ld = target[test]
     preds: dict[str, np.ndarray] = {

@@ -369,7 +369,7 @@ def simulate_command(
     """Replay LOGS through placement policies at an SSD budget and report TCO and savings."""
     from placement.cost import CostModel
     from placement.evaluate import stage_history_prediction
-    from placement.features import HistoryStore, build_features
+    from placement.features import HistoryStore, build_features, estimated_sizes
     from placement.model import ModelSet
     from placement.policy import (
         AdaptiveThresholdPolicy,
@@ -396,11 +396,12 @@ def simulate_command(
             except ModelError as exc:
                 raise click.ClickException(str(exc)) from exc
     df, report = _read(logs, not no_progress)
-    trace = Trace.from_clean(df)
+    history = HistoryStore.from_table(df)
+    trace = Trace.from_clean(df, known_size=estimated_sizes(df, history))
     peak = peak_live_bytes(trace)
     cap = parse_budget(budget, peak)
     cost = CostModel()
-    features = build_features(df, HistoryStore.from_table(df))
+    features = build_features(df, history)
     results: list[dict[str, Any]] = []
     for name in names:
         pred = None

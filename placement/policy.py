@@ -172,7 +172,9 @@ class PlacementPolicy(Protocol):
         predicted_log_density : float
             Predicted log10 I/O density (operations per byte per second); ``NaN`` if unknown.
         size_bytes : int
-            Bytes the file will hold (reserved on the SSD if it goes there).
+            Bytes the file is known to need at its creation (its declared or expected
+            size; reserved on the SSD if it goes there). A policy whose class sets
+            ``knows_outcome = True`` (the oracle) is told the file's final size instead.
         now : float
             Time of creation, in seconds.
         """
@@ -181,6 +183,11 @@ class PlacementPolicy(Protocol):
     def release(self, file_id: Hashable, now: float) -> None:
         """The file was deleted at ``now`` (seconds); free what it held."""
         ...
+
+    # Optional: ``settle(file_id, tier, size_bytes)``, where the file actually went and
+    # the bytes it holds there, as the storage reports them (the simulator calls it
+    # after each SSD request; the live service's ledger gets the same from worker
+    # reports). Ledger policies use it to keep their occupancy on real bytes.
 
 
 def _log10(value: float) -> float:
@@ -225,6 +232,14 @@ class SSDLedger:
         self.used -= size
         return size
 
+    def resize(self, file_id: Hashable, size_bytes: int) -> None:
+        """Set what ``file_id`` holds to ``size_bytes`` (no-op if it holds nothing); the
+        ledger may then exceed its capacity until files are released."""
+        if file_id in self._held:
+            size = max(int(size_bytes), 0)
+            self.used += size - self._held[file_id]
+            self._held[file_id] = size
+
     @property
     def occupancy(self) -> float:
         """Used share of the capacity (1.0 for a zero capacity)."""
@@ -264,6 +279,13 @@ class _LedgerPolicy:
 
     def release(self, file_id: Hashable, now: float) -> None:
         self.ledger.release(file_id)
+
+    def settle(self, file_id: Hashable, tier: Tier, size_bytes: int) -> None:
+        """The file went to ``tier`` holding ``size_bytes``: keep the ledger on real bytes."""
+        if tier is Tier.SSD:
+            self.ledger.resize(file_id, size_bytes)
+        else:
+            self.ledger.release(file_id)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.ledger.used}/{self.ledger.capacity} SSD bytes>"
@@ -563,6 +585,8 @@ class OraclePolicy(_LedgerPolicy):
     """
 
     name = "oracle"
+    #: The oracle is the limit: it is told each file's final size, not its expected one.
+    knows_outcome = True
 
     def __init__(self, admitted: Any, ssd_capacity_bytes: int) -> None:
         super().__init__(ssd_capacity_bytes)

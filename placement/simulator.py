@@ -4,10 +4,18 @@ Each log row is one file, alive over ``[created_at, deleted_at)`` (a lifetime is
 at :data:`~placement.schema.MIN_LIFETIME_S`). The replay walks the creations and
 deletions in time order (deletions first at equal times, so a freed byte can be reused
 at once) and calls ``policy.place`` / ``policy.release``. Files are named by their row
-position. The simulator keeps its own SSD ledger against ``ssd_capacity_bytes`` (each
-file reserves its final ``size_bytes``): a policy that asks for SSD when the file does
-not fit is overruled to HDD and counted in :attr:`SimulationResult.overruled`, so no
-policy can exceed the budget.
+position. A policy decides at creation, so ``place`` is told the size known then, the
+log's ``expected_size_bytes`` (the final ``size_bytes`` only where no expected size was
+logged), and reserves that much in its own ledger, as the live service does; a shuffle
+file that grows after its creation is not judged by its final size. Only a policy that
+sets ``knows_outcome = True`` (the oracle, the limit) is told the final size.
+The simulator keeps its own SSD ledger against ``ssd_capacity_bytes`` (each file
+reserves its final ``size_bytes``): a policy that asks for SSD when the file does not
+fit is overruled to HDD and counted in :attr:`SimulationResult.overruled`, so no policy
+can exceed the budget. After each SSD request the replay tells a policy that has a
+``settle`` method where the file went and its final size, as the live service's ledger
+learns real bytes from worker reports, so a policy's occupancy follows real bytes while
+its decisions use only what was known at creation.
 
 What is reported (:class:`SimulationResult`):
 
@@ -77,7 +85,9 @@ class Trace:
     Attributes are numpy arrays of length ``n``: ``created`` and ``deleted`` (seconds;
     ``deleted`` already floored to ``created + MIN_LIFETIME_S``), ``size`` (bytes, as
     logged), ``ops`` (read + write operations), ``io_bytes`` (read + written bytes) and
-    ``write_bytes``.
+    ``write_bytes``; ``known_size`` (bytes) is the size a policy is told at the file's
+    creation: by default ``expected_size_bytes`` where the log has a positive one, else
+    ``size`` (see :meth:`from_clean`).
     """
 
     created: np.ndarray
@@ -87,6 +97,11 @@ class Trace:
     io_bytes: np.ndarray
     write_bytes: np.ndarray
     issues: RowIssues
+    known_size: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.known_size is None:
+            object.__setattr__(self, "known_size", self.size)
 
     @classmethod
     def from_table(cls, table: pa.Table | pd.DataFrame) -> Trace:
@@ -95,8 +110,19 @@ class Trace:
         return cls.from_clean(df, issues)
 
     @classmethod
-    def from_clean(cls, df: pd.DataFrame, issues: RowIssues | None = None) -> Trace:
-        """Trace of rows already passed through :func:`~placement.features.clean_table`."""
+    def from_clean(
+        cls,
+        df: pd.DataFrame,
+        issues: RowIssues | None = None,
+        *,
+        known_size: np.ndarray | None = None,
+    ) -> Trace:
+        """Trace of rows already passed through :func:`~placement.features.clean_table`.
+
+        ``known_size`` (bytes per row, ``NaN`` where unknown) overrides the size
+        policies are told at creation, e.g. :func:`placement.features.estimated_sizes`;
+        rows it leaves unknown fall back to the expected size, then the final size.
+        """
         issues = issues or RowIssues(total_rows=len(df))
         created = df["created_at"].to_numpy(np.float64)
         deleted = np.maximum(df["deleted_at"].to_numpy(np.float64), created + MIN_LIFETIME_S)
@@ -104,7 +130,21 @@ class Trace:
         ops = df["read_ops"].to_numpy(np.float64) + df["write_ops"].to_numpy(np.float64)
         write_bytes = df["write_bytes"].to_numpy(np.float64)
         io_bytes = df["read_bytes"].to_numpy(np.float64) + write_bytes
-        return cls(created, deleted, size, ops, io_bytes, write_bytes, issues)
+        known = size
+        if "expected_size_bytes" in df.columns:
+            expected = pd.to_numeric(df["expected_size_bytes"], errors="coerce").to_numpy(
+                np.float64, na_value=np.nan
+            )
+            known = np.where(expected > 0, np.nan_to_num(expected), size).astype(np.int64)
+        if known_size is not None:
+            given = np.asarray(known_size, dtype=np.float64)
+            if given.shape != size.shape:
+                raise ValueError(
+                    f"known_size has shape {given.shape} but the table has {len(size)} rows"
+                )
+            ok = np.isfinite(given) & (given >= 0)
+            known = np.where(ok, np.round(np.nan_to_num(given)), known).astype(np.int64)
+        return cls(created, deleted, size, ops, io_bytes, write_bytes, issues, known)
 
     def __len__(self) -> int:
         return len(self.created)
@@ -291,10 +331,14 @@ def simulate(
         ev_create = kind[order].astype(bool).tolist()
         ev_file = (order % n).tolist()
         size_l = trace.size.tolist()
+        known_l = (
+            size_l if getattr(policy, "knows_outcome", False) else trace.known_size.tolist()
+        )
         pred_l = pred.tolist()
         ssd_flags = [False] * n
         used = 0
         place, release, SSD = policy.place, policy.release, Tier.SSD
+        settle = getattr(policy, "settle", None)
         bar = None
         if progress:
             from tqdm import tqdm
@@ -303,7 +347,7 @@ def simulate(
         step = max(1, (2 * n) // 200)
         for k, (t, create, i) in enumerate(zip(ev_time, ev_create, ev_file)):
             if create:
-                if place(i, pred_l[i], size_l[i], t) is SSD:
+                if place(i, pred_l[i], known_l[i], t) is SSD:
                     s = size_l[i]
                     if used + s <= cap:
                         used += s
@@ -311,6 +355,8 @@ def simulate(
                         peak_ssd = max(peak_ssd, used)
                     else:
                         overruled += 1
+                    if settle is not None:
+                        settle(i, SSD if ssd_flags[i] else Tier.HDD, s)
             else:
                 release(i, t)
                 if ssd_flags[i]:

@@ -133,6 +133,7 @@ def savings_curve(
     """
     try:
         from placement.cost import CostModel
+        from placement.features import estimated_sizes
         from placement.simulator import Trace, peak_live_bytes, policy_roster, simulate
     except ImportError as exc:
         return Unavailable(f"placement's simulator or policies cannot be imported ({exc})")
@@ -145,7 +146,8 @@ def savings_curve(
     df = table.loc[mask].reset_index(drop=True)
     pred = np.asarray(predictions, np.float64)[mask]
     hist = np.asarray(stage_history, np.float64)[mask]
-    trace = Trace.from_clean(df)
+    # policies reserve what each file is expected to reach, known at its creation
+    trace = Trace.from_clean(df, known_size=estimated_sizes(df))
     peak = peak_live_bytes(trace)
     if peak <= 0:
         return Unavailable("the replayed rows hold no bytes (every size is 0)")

@@ -13,7 +13,7 @@ file's density with the model the scheduler shipped, and puts the file on SSD wh
   bytes when the lease was granted, plus what this worker placed since, plus the
   file, over the budget (rounded up to the curve's next point, so never more lenient
   than the policy); a lease without a curve carries one threshold for all files, and
-* the file's expected size fits in what is left of the lease's **allowance**
+* the file's expected size (corrected by earlier runs' history) fits in what is left of the lease's **allowance**
   (a dense file that does not fit is remembered, and the next renewal - sent at once -
   asks for a lease large enough for it).
 
@@ -119,7 +119,8 @@ class LeasedChooser:
     fallback : TierChooser, optional
         Decides when there is no valid lease or a decision fails (``FixedTier(HDD)``).
     unknown_size_bytes : int
-        Bytes reserved for a file whose ``expected_size_bytes`` is unknown.
+        Bytes reserved for a file whose size neither its ``expected_size_bytes`` nor the
+        history of earlier runs tells.
     on_low : callable, optional
         Called (from any thread, at most once per lease) when half the allowance is
         spent or a dense file did not fit, so the link can renew early. Must be
@@ -159,9 +160,12 @@ class LeasedChooser:
 
     # ------------------------------------------------------------------ deciding
     def estimate(self, request: FileRequest) -> int:
-        """Bytes to reserve for ``request``: its expected size, else ``unknown_size_bytes``."""
-        size = request.expected_size_bytes
-        return int(size) if size is not None else self.unknown_size_bytes
+        """Bytes to reserve for ``request``: its expected size corrected by the history of
+        earlier runs (:meth:`Predictor.expected_size`), else ``unknown_size_bytes``."""
+        with self._lock:
+            predictor = self._predictor
+        size = predictor.expected_size(request)
+        return size if size is not None else self.unknown_size_bytes
 
     def choose(self, request: FileRequest) -> Tier:
         """Tier of a new file; never raises, never blocks on the network."""

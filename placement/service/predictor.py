@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from placement.errors import ModelError
-from placement.features import HistorySnapshot, features_from_request
+from placement.features import HistorySnapshot, features_from_request, size_estimate
 from placement.model import ModelSet
 from placement.storage.request import FileRequest
 
@@ -61,6 +61,24 @@ class Predictor:
     def kind(self) -> str:
         """``lightgbm`` with models, ``size-heuristic`` without."""
         return "lightgbm" if self.models is not None else "size-heuristic"
+
+    def expected_size(self, request: FileRequest) -> int | None:
+        """Bytes ``request``'s file is expected to reach, in bytes; ``None`` if unknown.
+
+        The request's ``expected_size_bytes`` corrected by the history of earlier runs
+        (:func:`~placement.features.size_estimate`), the size the simulator's policies
+        reserve; without history, the request's own expected size.
+        """
+        declared = request.expected_size_bytes
+        if self.history is None:
+            return int(declared) if declared is not None else None
+        kind, op = request.file_kind, request.operator
+        hist = self.history.lookup(
+            request.pipeline, request.stage, str(kind or ""), str(op or "")
+        )
+        log_expected = math.log10(max(int(declared), 1)) if declared is not None else math.nan
+        log_size = size_estimate(log_expected, hist)
+        return round(10.0**log_size) if log_size == log_size else None
 
     def predict(self, request: FileRequest, size_bytes: int) -> float:
         """Predicted log10 density of one new file (``size_bytes``: its expected size)."""

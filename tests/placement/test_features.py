@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pandas as pd
@@ -15,9 +16,11 @@ from placement.features import (
     HistoryStore,
     build_features,
     clean_table,
+    estimated_sizes,
     features_from_request,
     history_prior,
     log_density,
+    size_estimate,
 )
 from placement.schema import ID_COLUMNS, OUTCOME_COLUMNS
 from tests.placement.logtables import make_log
@@ -201,3 +204,47 @@ def test_history_snapshot_answers_like_its_store_and_pickles_small(log: pd.DataF
     )
     assert snap.lookup("nope", "nope") == store.lookup("nope", "nope")
     assert len(pickle.dumps(snap)) < len(pickle.dumps(store))
+
+
+def test_size_estimate_learns_how_much_a_stage_outgrows_its_expected_size(
+    log: pd.DataFrame,
+) -> None:
+    grown = log.copy()
+    shuffle = (grown["file_kind"] == "shuffle").to_numpy()
+    # shuffle files end 10x larger than expected at their creation
+    grown.loc[shuffle, "expected_size_bytes"] = grown.loc[shuffle, "size_bytes"] // 10
+    est = estimated_sizes(grown)
+    expected = grown["expected_size_bytes"].to_numpy(np.float64)
+    first_run = (grown["run_id"] == grown.sort_values("created_at")["run_id"].iloc[0]).to_numpy()
+    np.testing.assert_allclose(est[first_run], expected[first_run])  # no history yet
+    later = ~first_run
+    np.testing.assert_allclose(est[later & shuffle] / expected[later & shuffle], 10.0, rtol=0.01)
+    # spill files were expected within 10% of their final size: the estimate stays close
+    ratio = est[later & ~shuffle] / expected[later & ~shuffle]
+    assert np.all((ratio > 0.9) & (ratio < 1.1))
+    # a file of its own run never informs the estimate
+    run = grown["run_id"].iloc[-1]
+    own = (grown["run_id"] == run).to_numpy()
+    changed = grown.copy()
+    changed.loc[own, "size_bytes"] = changed.loc[own, "size_bytes"] * 1000
+    np.testing.assert_allclose(estimated_sizes(changed), est)
+
+
+def test_size_estimate_without_an_expected_size_uses_the_stage_mean_size(
+    log: pd.DataFrame,
+) -> None:
+    store = HistoryStore.from_table(log)
+    hist = store.lookup("pipe0", "aggregate", "spill", "groupby")
+    got = size_estimate(math.nan, hist)
+    assert got == pytest.approx(hist["h_ps_lsize"])
+    # the scalar (live) path and the array path agree
+    log_expected = np.array([math.nan, 6.0])
+    arrays = {k: np.full(2, v) for k, v in hist.items()}
+    np.testing.assert_allclose(
+        size_estimate(log_expected, arrays), [got, size_estimate(6.0, hist)]
+    )
+    assert size_estimate(6.0, hist) == pytest.approx(6.0 + hist["h_ps_lgrow"])
+    # nothing known at all: unknown
+    empty = HistoryStore().lookup("new", "stage")
+    assert math.isnan(size_estimate(math.nan, empty))
+    assert size_estimate(5.0, empty) == 5.0

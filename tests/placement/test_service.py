@@ -182,6 +182,28 @@ def test_predictor_with_a_model_matches_the_model_and_round_trips(model_dir: Pat
         Predictor.from_bytes(b"not a pickle")
 
 
+def test_reserved_size_is_the_expected_size_corrected_by_history() -> None:
+    log = make_log(seed=3).to_pandas()
+    shuffle = log["file_kind"] == "shuffle"
+    log.loc[shuffle, "expected_size_bytes"] = log.loc[shuffle, "size_bytes"] // 10  # grew 10x
+    history = HistoryStore.from_table(log).snapshot()
+    with_history = Predictor(history=history)
+    # the request's stage is the log's shuffle stage: its files ended 10x their expected size
+    assert with_history.expected_size(request(MiB, kind="shuffle")) == pytest.approx(
+        10 * MiB, rel=0.01
+    )
+    unknown = with_history.expected_size(request(None, kind="shuffle"))
+    assert unknown == pytest.approx(10 ** history.lookup("pipe0", "shuffle-p2p")["h_ps_lsize"])
+    # without history: the request's own expected size, or unknown
+    assert Predictor().expected_size(request(MiB)) == MiB
+    assert Predictor().expected_size(request(None)) is None
+    # the worker's chooser reserves that much against its lease
+    chooser = LeasedChooser(unknown_size_bytes=123)
+    assert chooser.estimate(request(None)) == 123
+    chooser.install_predictor(with_history)
+    assert chooser.estimate(request(MiB, kind="shuffle")) == pytest.approx(10 * MiB, rel=0.01)
+
+
 # ---------------------------------------------------------------------- scheduler-side service
 def test_sync_lends_a_lease_and_records_the_report() -> None:
     clock = Clock()

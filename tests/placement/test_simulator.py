@@ -170,3 +170,69 @@ def test_roster_gives_density_fed_policies_the_break_even_test() -> None:
     assert priced["oracle"] == [0, 1]
     with pytest.raises(ValueError, match="expected_lifetime"):
         policy_roster(trace, wear, stage_history=pred, lightgbm=pred, expected_lifetime=life[:1])
+
+
+class Recorder(FirstFitPolicy):
+    """First-fit that remembers the size each file was placed with."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.sizes: dict[int, int] = {}
+
+    def place(self, file_id, predicted_log_density, size_bytes, now):
+        self.sizes[file_id] = size_bytes
+        return super().place(file_id, predicted_log_density, size_bytes, now)
+
+
+def test_policies_decide_on_the_size_known_at_creation_and_the_oracle_on_the_outcome() -> None:
+    # file 0 was expected at 100 bytes but grew to 5000; file 1 has no expected size
+    df = _log([(0.0, 2.0, 5000, 4), (1.0, 3.0, 300, 4)])
+    df["expected_size_bytes"] = [100, None]
+    rec = Recorder(1000)
+    r = simulate(df, rec, CostModel(), 1000, keep_tiers=True)
+    assert rec.sizes == {0: 100, 1: 300}  # no expected size: the final one
+    # first-fit reserved 100 bytes, but the file takes 5000: the replay overrules it to HDD
+    assert r.overruled == 1 and r.tiers.tolist() == [0, 1]
+    # a size estimate (e.g. from history) replaces the expected size where it is known
+    trace = Trace.from_table(df)
+    assert trace.known_size.tolist() == [100, 300]
+    est = Trace.from_clean(df, known_size=np.array([6000.0, math.nan]))
+    rec2 = Recorder(1000)
+    simulate(est, rec2, CostModel(), 1000)
+    assert rec2.sizes == {0: 6000, 1: 300}
+    with pytest.raises(ValueError, match="known_size has shape"):
+        Trace.from_clean(df, known_size=np.zeros(3))
+    # the oracle knows the outcome: it is told (and packs by) the final size
+    oracle = trace.oracle(5000)
+    assert oracle.knows_outcome
+    seen: dict[int, int] = {}
+    place = oracle.place
+    oracle.place = lambda i, p, size, t: seen.setdefault(i, size) and place(i, p, size, t)
+    simulate(trace, oracle, CostModel(), 5000)
+    assert seen == {0: 5000, 1: 300}
+
+
+def test_a_policys_ledger_follows_the_real_bytes_the_replay_reports() -> None:
+    # file 0 expected at 100 bytes ends at 600; file 1 (500 bytes) arrives while it lives
+    df = _log([(0.0, 5.0, 600, 4), (1.0, 2.0, 500, 4), (3.0, 4.0, 300, 4)])
+    df["expected_size_bytes"] = [100, 500, 300]
+    policy = FirstFitPolicy(1000)
+    r = simulate(df, policy, CostModel(), 1000, keep_tiers=True)
+    # told 600 bytes are used, first-fit refuses file 1 itself instead of being overruled
+    assert r.tiers.tolist() == [1, 0, 1] and r.overruled == 0
+    # a file the replay overrules to HDD frees its reservation in the policy's ledger
+    small = FirstFitPolicy(500)
+    r2 = simulate(df, small, CostModel(), 500, keep_tiers=True)
+    assert r2.overruled == 1 and r2.tiers.tolist() == [0, 1, 1]
+    assert small.ledger.used == 0
+
+
+def test_ledger_resize_moves_the_used_bytes() -> None:
+    policy = FirstFitPolicy(1000)
+    assert policy.place("a", 0.0, 100, 0.0) is Tier.SSD
+    policy.settle("a", Tier.SSD, 900)
+    assert policy.ledger.used == 900 and not policy.ledger.fits(200)
+    policy.settle("b", Tier.SSD, 50)  # never admitted: nothing changes
+    assert policy.ledger.used == 900 and "b" not in policy.ledger
+    policy.settle("a", Tier.HDD, 0)
+    assert policy.ledger.used == 0
