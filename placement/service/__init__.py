@@ -10,8 +10,9 @@ Design (why leases)
 -------------------
 Dask creates a spill file or a P2P shard file from the worker's event loop, so a
 decision cannot wait for the scheduler without stalling the worker. The scheduler
-therefore *lends* each worker an SSD allowance, the current density threshold (as a
-curve over SSD occupancy, so each file is judged at the occupancy it would leave) and
+therefore *lends* each worker an SSD allowance, the current density threshold (with
+``occupancy_basis="after"`` a curve over SSD occupancy, so each file is judged at the
+occupancy it would leave) and
 the model (:mod:`placement.service.link`, every ~250 ms); the worker decides each file
 locally in microseconds (:mod:`placement.service.lease`) and reports its real SSD
 usage back at every renewal, which reconciles the ledger

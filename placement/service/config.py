@@ -38,6 +38,7 @@ from typing import Any
 import dask
 from dask.utils import parse_bytes, parse_timedelta
 
+from placement.policy import OccupancyBasis
 from placement.service.errors import ServiceConfigError
 from placement.storage.config import LOG_DIR_KEY, config_dir
 
@@ -101,6 +102,9 @@ class ServiceConfig:
         idle workers never hold more than half of it.
     window, exponent : int, float
         Options of the adaptive threshold (:class:`~placement.policy.AdaptiveThresholdPolicy`).
+    occupancy_basis : OccupancyBasis or str
+        Occupancy a file's threshold is taken at (``"before"``, default, or ``"after"``,
+        when leases carry the threshold curve; :class:`~placement.policy.OccupancyBasis`).
     """
 
     ssd_capacity_bytes: int
@@ -110,6 +114,7 @@ class ServiceConfig:
     lease_fraction: float | None = None
     window: int = 4096
     exponent: float = 0.5
+    occupancy_basis: OccupancyBasis = OccupancyBasis.BEFORE
 
     def __post_init__(self) -> None:
         _bytes(SSD_CAPACITY_KEY, self.ssd_capacity_bytes)
@@ -126,6 +131,13 @@ class ServiceConfig:
             raise ServiceConfigError(f"window={self.window!r} must be a positive int")
         if not (isinstance(self.exponent, (int, float)) and self.exponent > 0):
             raise ServiceConfigError(f"exponent={self.exponent!r} must be a positive number")
+        try:
+            object.__setattr__(self, "occupancy_basis", OccupancyBasis(self.occupancy_basis))
+        except ValueError:
+            raise ServiceConfigError(
+                f"occupancy_basis={self.occupancy_basis!r} must be one of "
+                f"{[b.value for b in OccupancyBasis]}"
+            ) from None
 
     def max_lease_bytes(self, n_workers: int = 1) -> int:
         """Largest allowance one lease carries in a cluster of ``n_workers``, in bytes."""

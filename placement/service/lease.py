@@ -8,12 +8,14 @@ file's density with the model the scheduler shipped, and puts the file on SSD wh
 
 * it holds a **lease** that has not expired,
 * the prediction is at or above the lease's **threshold** (the cluster-wide adaptive
-  threshold, :class:`~placement.policy.AdaptiveThresholdPolicy`), taken from the
-  lease's threshold curve at the occupancy the file would leave: the cluster's used
+  threshold, :class:`~placement.policy.AdaptiveThresholdPolicy`); under
+  ``occupancy_basis="after"`` it is taken from the lease's threshold curve at the
+  occupancy the file would leave: the cluster's used
   bytes when the lease was granted, plus what this worker placed since, plus the
   file, over the budget (rounded up to the curve's next point, so never more lenient
   than the policy); a lease without a curve carries one threshold for all files, and
-* the file's expected size (corrected by earlier runs' history) fits in what is left of the lease's **allowance**
+* the file's expected size (corrected by earlier runs' history) fits in what is left
+  of the lease's **allowance**
   (a dense file that does not fit is remembered, and the next renewal - sent at once -
   asks for a lease large enough for it).
 

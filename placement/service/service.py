@@ -10,9 +10,10 @@ cluster and is tested directly. It answers three requests:
     ledger (:class:`~placement.service.ledger.ClusterLedger`), feeds the predictions to
     the cluster-wide adaptive threshold
     (:class:`~placement.policy.AdaptiveThresholdPolicy`) and answers with a lease: an
-    SSD allowance, the threshold curve (the threshold at occupancies 0, 1/32, ..., 1,
-    with the cluster's used bytes and the budget, so that a worker judges each file at
-    the occupancy it would leave, as the policy does), the lease's life, and the
+    SSD allowance, the threshold (and, with ``occupancy_basis="after"``, the threshold
+    curve: the threshold at occupancies 0, 1/32, ..., 1, with the cluster's used bytes
+    and the budget, so that a worker judges each file at the occupancy it would leave,
+    as the policy does), the lease's life, and the
     model when the worker's is older. Workers then decide locally
     (:class:`~placement.service.lease.LeasedChooser`), so no file creation waits on the
     scheduler.
@@ -160,7 +161,10 @@ class PlacementService:
         self.wall_clock = wall_clock
         self.ledger = ClusterLedger(config.ssd_capacity_bytes)
         self.policy = AdaptiveThresholdPolicy(
-            config.ssd_capacity_bytes, window=config.window, exponent=config.exponent
+            config.ssd_capacity_bytes,
+            window=config.window,
+            exponent=config.exponent,
+            occupancy_basis=config.occupancy_basis,
         )
         self._lock = threading.Lock()
         self.records: dict[str, WorkerRecord] = {}
@@ -243,7 +247,7 @@ class PlacementService:
     def threshold(self, size_bytes: int = 0) -> float:
         """The admission threshold now (log10 density) for a file of ``size_bytes``, at the
         occupancy the policy's :class:`~placement.policy.OccupancyBasis` says: the
-        ledger's, with the file's bytes added for ``AFTER`` (the default)."""
+        ledger's, with the file's bytes added for ``AFTER``."""
         ledger = self.ledger
         if not ledger.capacity:
             return math.inf

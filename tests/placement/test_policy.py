@@ -178,8 +178,8 @@ def _warm(p: AdaptiveThresholdPolicy, preds: np.ndarray, size: int) -> None:
 def test_threshold_after_admission_charges_a_file_for_the_space_it_takes() -> None:
     """The worked example of the module docstring: 100 bytes of SSD, 20 used."""
     preds = np.linspace(-7.0, -3.0, 101)  # equal sizes: share f is the densest f of the files
-    after = AdaptiveThresholdPolicy(100, min_window=10, refresh=1)
-    assert after.occupancy_basis is OccupancyBasis.AFTER  # the default
+    after = AdaptiveThresholdPolicy(100, min_window=10, refresh=1, occupancy_basis="after")
+    assert AdaptiveThresholdPolicy(100).occupancy_basis is OccupancyBasis.BEFORE  # the default
     _warm(after, preds, 1)
     assert after.place("held", float(preds.max()), 20, 200.0) is Tier.SSD
     assert after.occupancy_with(5) == pytest.approx(0.25)

@@ -104,6 +104,7 @@ def test_config_reads_dask_keys(tmp_path: Path) -> None:
         ({"ssd_capacity_bytes": -1}, "not a size"),
         ({"ssd_capacity_bytes": 10, "lease_ttl_s": 0}, "positive duration"),
         ({"ssd_capacity_bytes": 10, "lease_fraction": 1.5}, r"must be in \(0, 1\]"),
+        ({"ssd_capacity_bytes": 10, "occupancy_basis": "during"}, "occupancy_basis"),
     ],
 )
 def test_config_rejects_bad_values(kwargs: dict, match: str) -> None:
@@ -232,13 +233,21 @@ def test_threshold_rises_as_the_ssd_fills() -> None:
     assert service.threshold() == math.inf
 
 
+def service_curve_is_off_by_default() -> bool:
+    """The default (BEFORE) service lends one threshold, no curve."""
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB))
+    reply = service.sync(worker="w", used_bytes=0, observations=[[-5.0, MiB]] * 64)
+    return reply.get("curve") is None and service.threshold_curve() is None
+
+
 def test_a_lease_judges_each_file_at_the_occupancy_it_would_leave() -> None:
     """The lease carries the policy's threshold curve: a worker admits the same small
     files as before, but a file that would fill most of the SSD must be among the
     densest, and the bytes it placed under the lease count."""
     from placement.service.service import CURVE_POINTS
 
-    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB))
+    assert service_curve_is_off_by_default()
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB, occupancy_basis="after"))
     preds = [[float(x), MiB] for x in np.linspace(-9, -3, 64)]
     reply = service.sync(worker="w", used_bytes=0, observations=preds)
     curve = reply["curve"]
