@@ -24,7 +24,9 @@ Protocol
    estimate take the break-even test under the configured cost model (a file whose
    predicted saving is negative stays on HDD; :mod:`placement.policy`), each file's
    expected lifetime coming from its (pipeline, stage) history
-   (:func:`stage_history_lifetime`).
+   (:func:`stage_history_lifetime`). Policies are told each file's size as known at
+   its creation, :func:`~placement.features.estimated_sizes` (the oracle alone is
+   told final sizes; see :mod:`placement.simulator`).
 5. Reported: savings against all-HDD per policy and budget, the LightGBM policy's share
    of the oracle's savings and its ratio to the best heuristic, Spearman rank
    correlation of predicted against true density on the test rows, and (with

@@ -19,7 +19,9 @@ what earlier files of the same stage or kind did; on the workload suite, chosen 
 grouped k-fold over the *training* pipelines, it raised the LightGBM policy's share
 of the oracle's savings at a 5% SSD budget from 0.79 to 0.83 there, and a size slope
 of 1.0 at the file-kind levels of the prior
-(:data:`~placement.features.PRIOR_KIND_SIZE_SLOPE`) to 0.84.
+(:data:`~placement.features.PRIOR_KIND_SIZE_SLOPE`) to 0.84. (These scores, and those
+below, were measured with an earlier simulator that told policies each file's final
+size; the README records the re-check under the current one.)
 
 :class:`ModelSet` holds per-workload (per-pipeline) models beside a global one and
 routes each file to its pipeline's model, falling back to the global model for any
