@@ -367,15 +367,16 @@ class HistoryStore:
         )
         end = base.groupby("run_id", sort=False)["deleted_at"].max()
         self._run_ids.update(end.index)
-        sums = _SUMS
         for level, keys in HISTORY_LEVELS.items():
             agg = (
-                base.groupby(["run_id", *keys], sort=False, observed=True)[sums].sum().reset_index()
+                base.groupby(["run_id", *keys], sort=False, observed=True)[_SUMS]
+                .sum()
+                .reset_index()
             )
             if level in self._runs:
                 agg = (
                     pd.concat([self._runs[level].drop(columns=["end"]), agg])
-                    .groupby(["run_id", *keys], sort=False)[sums]
+                    .groupby(["run_id", *keys], sort=False)[_SUMS]
                     .sum()
                     .reset_index()
                 )
@@ -644,7 +645,8 @@ def size_estimate(log_expected: Any, hist: Mapping[str, Any]) -> Any:
 def estimated_sizes(
     table: pa.Table | pd.DataFrame, history: HistoryStore | None = None
 ) -> np.ndarray:
-    """Bytes each log row's file is expected to reach, known at its creation (:func:`size_estimate`).
+    """Bytes each log row's file is expected to reach, known at its creation
+    (:func:`size_estimate`).
 
     ``history`` defaults to a store of ``table`` itself; a row sees only runs finished
     before its creation. Returns float64 bytes, ``NaN`` where nothing is known.

@@ -71,7 +71,9 @@ pipeline split (share of the oracle's savings at 5%, 4 folds x 3 seeds), the Lig
 policy scored 0.804 with ``BEFORE`` against 0.792 with ``AFTER`` (fed the true
 density: 0.853 against 0.899). ``AFTER`` was the default while the simulator told
 policies each file's final size. ``exponent`` (default 0.5) was chosen on the
-training runs of the workload suite, never on held-out runs. Until ``min_window`` predictions have been seen, files are admitted while they
+training runs of the workload suite, never on held-out runs.
+
+Until ``min_window`` predictions have been seen, files are admitted while they
 fit. The sorted window is refreshed every ``refresh`` placements, so a decision costs
 O(log window). A file without a prediction (``NaN``) goes to HDD.
 

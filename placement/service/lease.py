@@ -166,6 +166,9 @@ class LeasedChooser:
         earlier runs (:meth:`Predictor.expected_size`), else ``unknown_size_bytes``."""
         with self._lock:
             predictor = self._predictor
+        return self._reserve(predictor, request)
+
+    def _reserve(self, predictor: Predictor, request: FileRequest) -> int:
         size = predictor.expected_size(request)
         return size if size is not None else self.unknown_size_bytes
 
@@ -205,7 +208,7 @@ class LeasedChooser:
             predictor = self._predictor
         if lease is None or self.clock() >= lease.expires_at:
             return self._fallback(request)
-        size = self.estimate(request)
+        size = self._reserve(predictor, request)
         pred = float(predictor.predict(request, size))
         signal = False
         with self._lock:
