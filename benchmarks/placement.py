@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/placement.py [LOG_DIR_OR_FILES...] [--quick]
+    python benchmarks/placement.py [LOG_DIR_OR_FILES...] [--quick] [--seeds 0,1,2]
 
 LOGS default to ``data/placement/logs`` (written by ``dataplane placement collect``).
 Prints, for the pipeline split (grouped k-fold over pipelines) and the time split
@@ -12,6 +12,10 @@ Prints, for the pipeline split (grouped k-fold over pipelines) and the time spli
   the test rows' peak live bytes, the LightGBM policy's share of the oracle's savings
   and its ratio to the best heuristic (goals at 5%: >= 85% and >= 1.5x);
 * Spearman rank correlation of predicted against true density on the test rows;
+* how far each file kind's final size strays from the size expected at its creation
+  (what a policy is told; :func:`placement.features.size_estimate`);
+* with ``--seeds``, the LightGBM policy's share of the oracle at 5% for each model seed,
+  with the threshold at the occupancy before (the default) and after the file;
 * decision latency: one file through features + model (the live path) against the
   naive path (a one-row pandas DataFrame into ``Booster.predict``), side by side; and
   batched decisions per second against the 50k/s goal;
@@ -47,7 +51,7 @@ from placement.cost import CostModel
 from placement.evaluate import EvaluationConfig, evaluate
 from placement.features import FEATURE_COLUMNS, HistoryStore, build_features, clean_table
 from placement.logwriter import read_logs
-from placement.model import DensityModel
+from placement.model import DensityModel, ModelParams
 from placement.policy import AdaptiveThresholdPolicy, FirstFitPolicy
 from placement.simulator import Trace, simulate
 
@@ -109,6 +113,39 @@ def _break_even_lines(plain, tested, budget: float = 0.05) -> list[str]:
     return lines
 
 
+def size_growth(df: pd.DataFrame) -> list[list[str]]:
+    """Per file kind: files, and the 10th/50th/90th percentiles of final over expected size."""
+    expected = pd.to_numeric(df["expected_size_bytes"], errors="coerce")
+    known = expected > 0
+    ratio = df.loc[known, "size_bytes"] / expected[known]
+    rows = []
+    for kind, r in ratio.groupby(df.loc[known, "file_kind"]):
+        p10, p50, p90 = np.quantile(r.to_numpy(np.float64), [0.1, 0.5, 0.9])
+        rows.append([str(kind), str(len(r)), f"{p10:.3f}x", f"{p50:.3f}x", f"{p90:.3f}x"])
+    rows.append(["(no expected size)", str(int((~known).sum())), "", "", ""])
+    return rows
+
+
+def seed_shares(df: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, list[float]]]:
+    """LightGBM's share of the oracle's savings at 5%: basis -> split -> one per seed."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for basis in ("before", "after"):
+        for split in ("pipeline", "time"):
+            out.setdefault(basis, {})[split] = [
+                evaluate(
+                    df,
+                    EvaluationConfig(
+                        split=split,
+                        budgets=(0.05,),
+                        params=ModelParams(seed=seed),
+                        policy_options={"occupancy_basis": basis},
+                    ),
+                ).goals["5%"]["oracle_capture"]
+                for seed in seeds
+            ]
+    return out
+
+
 def naive_single_latency(model: DensityModel, feats: pd.DataFrame, n: int = 500) -> float:
     """Median microseconds of one decision through a one-row DataFrame (the naive path)."""
     out = []
@@ -140,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--quick", action="store_true", help="skip the sensitivity run and the replay-speed run"
     )
+    ap.add_argument(
+        "--seeds",
+        default="",
+        help="comma-separated model seeds: also report LightGBM's share of the oracle at 5%% "
+        "per seed, with the threshold at the occupancy before and after the file",
+    )
     args = ap.parse_args(argv)
     if not any(p.exists() for p in args.logs):
         print(
@@ -163,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             "runs": int(df["run_id"].nunique()),
         },
     }
+    print("\n== final size over the size expected at creation, per file kind")
+    growth = size_growth(df)
+    print(format_table(["file kind", "files", "p10", "p50", "p90"], growth))
+    payload["size_growth"] = growth
     results = {}
     for split in ("pipeline", "time"):
         t0 = time.perf_counter()
@@ -274,6 +321,18 @@ def main(argv: list[str] | None = None) -> int:
         payload["sensitivity_wear_transfer_no_break_even"] = {
             k: v for k, v in plain.to_dict().items() if k != "simulations"
         }
+
+    if args.seeds:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        shares = seed_shares(df, seeds)
+        print(f"\n== LightGBM share of the oracle at 5%, model seeds {seeds}")
+        rows = [
+            [basis, split, " ".join(f"{100 * v:.1f}%" for v in vals), f"{100 * np.mean(vals):.1f}%"]
+            for basis, by_split in shares.items()
+            for split, vals in by_split.items()
+        ]
+        print(format_table(["occupancy", "split", "per seed", "mean"], rows))
+        payload["seed_shares"] = {"seeds": seeds, **shares}
 
     path = write_results("placement", payload)
     print(f"\nwrote {path}")

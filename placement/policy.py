@@ -69,8 +69,8 @@ fed the true density. Fed the model's predictions, whose errors it multiplies fo
 large files, it is worse: by grouped validation inside the training folds of the
 pipeline split (share of the oracle's savings at 5%, 4 folds x 3 seeds), the LightGBM
 policy scored 0.804 with ``BEFORE`` against 0.792 with ``AFTER`` (fed the true
-density: 0.853 against 0.899). ``AFTER`` was the default while the simulator told
-policies each file's final size. ``exponent`` (default 0.5) was chosen on the
+density: 0.853 against 0.899; ``benchmarks/placement_inner.py``). ``AFTER`` was the
+default while the simulator told policies each file's final size. ``exponent`` (default 0.5) was chosen on the
 training runs of the workload suite, never on held-out runs.
 
 Until ``min_window`` predictions have been seen, files are admitted while they
