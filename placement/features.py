@@ -4,7 +4,8 @@ A placement decision is made when a file is created, so a feature may use only
 
 * the file's **creation-time columns** of the log schema
   (:data:`placement.schema.CREATION_COLUMNS`: kind, operator, expected size,
-  partition counts, input bytes, priority, memory pressure, cluster width), and
+  partition counts, input bytes, priority, memory pressure, cluster width and, for a
+  spilled key, the graph-order distance to its next reader and its readers left), and
 * the **history** of earlier runs: per (pipeline, stage), stage, pipeline,
   (file kind, operator) and file kind statistics of the density, lifetime, size and
   operation rate of files whose run had *finished* before this file was created
@@ -159,6 +160,9 @@ _BASE_FEATURES = (
     "priority",
     "memory_pressure",
     "n_workers",
+    # spill files: signed log10(1 + |positions|) to the key's next reader, its readers left
+    "log_reuse_distance",
+    "n_dependents",
 )
 _HISTORY_FEATURES = tuple(
     f"h_{level}_{stat}"
@@ -719,6 +723,8 @@ def build_features(
     cols["priority"] = _num(df, "priority")
     cols["memory_pressure"] = _num(df, "memory_pressure")
     cols["n_workers"] = _num(df, "n_workers")
+    cols["log_reuse_distance"] = _signed_log(_num(df, "reuse_distance"))
+    cols["n_dependents"] = _num(df, "n_dependents")
     hist = history.features_for(df)
     for c in hist.columns:
         if c in _FEATURE_INDEX:
@@ -728,6 +734,11 @@ def build_features(
         {c: np.asarray(cols[c], dtype=np.float64) for c in FEATURE_COLUMNS}, index=pd.RangeIndex(n)
     )
     return out
+
+
+def _signed_log(values: Any) -> Any:
+    """``sign(x) * log10(1 + |x|)``: a log scale for counts that may be negative (NaN stays)."""
+    return np.sign(values) * np.log10(1.0 + np.abs(values))
 
 
 def _request_get(request: Any, name: str) -> Any:
@@ -788,6 +799,9 @@ def features_from_request(
     row[7] = _f(_request_get(request, "priority"))
     row[8] = _f(_request_get(request, "memory_pressure"))
     row[9] = _f(_request_get(request, "n_workers"))
+    reuse = np.float64(_f(_request_get(request, "reuse_distance")))
+    row[_FEATURE_INDEX["log_reuse_distance"]] = float(_signed_log(reuse))
+    row[_FEATURE_INDEX["n_dependents"]] = _f(_request_get(request, "n_dependents"))
     if history is not None:
         hist = history.lookup(
             str(_request_get(request, "pipeline") or ""),

@@ -16,7 +16,9 @@ a file of 1 MiB read 100 times in 10 s has density ``100 / (2**20 * 10) ~= 9.5e-
 empty or instantly-deleted files have a finite density.
 
 The schema is versioned (``SCHEMA_VERSION``, stored in the Parquet metadata under
-``dataplane.placement.schema_version``); readers refuse tables of a newer version.
+``dataplane.placement.schema_version``); readers refuse tables of a newer version and
+read older ones, with the columns they lack as nulls. Version 2 added the spill
+facts ``reuse_distance`` and ``n_dependents``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pyarrow as pa
 
 from placement.errors import SchemaError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_VERSION_KEY = b"dataplane.placement.schema_version"
 
 #: Lower bounds used in the density formula (see module docstring).
@@ -54,6 +56,9 @@ CREATION_FIELDS = [
     pa.field("priority", pa.int32()),  # task priority (lower runs first in Dask)
     pa.field("memory_pressure", pa.float32()),  # worker managed memory / memory limit at creation
     pa.field("n_workers", pa.int32()),
+    # spill files: graph-order positions from the running task to the key's next dependent
+    pa.field("reuse_distance", pa.int32()),
+    pa.field("n_dependents", pa.int32()),  # spill files: dependents of the key still to run
 ]
 
 OUTCOME_FIELDS = [

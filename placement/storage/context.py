@@ -8,7 +8,8 @@ Two sources feed a :class:`~placement.storage.request.FileRequest`:
   :func:`set_run_context` (e.g. ``client.run(set_run_context, ctx)``), because Dask
   dataframe graphs drop task annotations under query planning;
 * the **worker** (:class:`RequestBuilder`): worker address, the producing task's
-  priority, memory pressure, the file's own expected size.
+  priority, memory pressure, the file's own expected size and, for a spilled key, how
+  far ahead in the graph order its next reader is (:meth:`RequestBuilder.reuse_of`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dask.utils import key_split
 from placement.storage.request import FileKind, FileRequest
 
 _INT32_MAX = 2**31 - 1
+#: Worker task states of a dependent that will not read its dependency again.
+_DONE_STATES = frozenset({"memory", "released", "forgotten", "error", "cancelled"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +153,39 @@ class RequestBuilder:
         ts = self._tasks().get(key)
         return dask_order_position(getattr(ts, "priority", None))
 
+    def reuse_of(self, key: Hashable) -> tuple[int | None, int | None]:
+        """``(reuse_distance, n_dependents)`` of task ``key``'s result on the bound worker.
+
+        ``n_dependents`` counts the key's dependents this worker still has to run;
+        ``reuse_distance`` is the graph-order position of the first of them minus that
+        of the task running now (the smallest executing one; 0 when none runs), both
+        from ``dask.order`` priorities. ``(None, None)`` without a worker or task
+        state. Read without locks from a live worker, so a set that changes while it
+        is read gives ``(None, None)`` rather than failing the spill.
+        """
+        worker = self._worker() if self._worker is not None else None
+        state = getattr(worker, "state", None)
+        ts = self._tasks().get(key)
+        if state is None or ts is None:
+            return None, None
+        try:
+            waiting = [
+                dask_order_position(d.priority)
+                for d in list(ts.dependents)
+                if d.state not in _DONE_STATES
+            ]
+            running = [
+                dask_order_position(t.priority) for t in list(getattr(state, "executing", ()))
+            ]
+        except (RuntimeError, AttributeError):  # set changed size during iteration
+            return None, None
+        waiting_pos = [p for p in waiting if p is not None]
+        now = min((p for p in running if p is not None), default=0)
+        distance = min(waiting_pos) - now if waiting_pos else None
+        if distance is not None:
+            distance = max(-_INT32_MAX, min(_INT32_MAX, distance))
+        return distance, len(waiting)
+
     def _pressure(self) -> float | None:
         try:
             value = self.memory_pressure()
@@ -177,6 +213,7 @@ class RequestBuilder:
         operator = None
         if ctx is not None:
             operator = ctx.stage_operators.get(stage, ctx.operator)
+        reuse_distance, n_dependents = self.reuse_of(key)
         return FileRequest(
             file_kind=FileKind.SPILL,
             stage=stage,
@@ -185,6 +222,8 @@ class RequestBuilder:
             n_partitions_in=ctx.n_partitions_in if ctx else None,
             n_partitions_out=ctx.stage_tasks.get(stage) if ctx else None,
             priority=self.priority_of(key),
+            reuse_distance=reuse_distance,
+            n_dependents=n_dependents,
             **self._base(ctx),
         )
 

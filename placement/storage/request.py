@@ -27,6 +27,7 @@ _OPTIONAL_INTS = (
     "n_partitions_out",
     "input_bytes",
     "n_workers",
+    "n_dependents",
 )
 
 
@@ -61,6 +62,15 @@ class FileRequest:
         Worker managed memory divided by its memory limit, at creation (dimensionless).
     n_workers : int, optional
         Workers in the cluster.
+    reuse_distance : int, optional
+        Spill files: graph-order positions (``dask.order``) from the task the worker is
+        running now to the key's first dependent still to run on this worker, a
+        forecast of how soon the spilled bytes are read back (negative when that
+        dependent was ordered earlier but is not done; ``None`` when no dependent
+        of the key is known to the worker).
+    n_dependents : int, optional
+        Spill files: dependents of the key still to run on this worker (each may read
+        the spilled bytes back).
     """
 
     file_kind: FileKind
@@ -79,6 +89,8 @@ class FileRequest:
     priority: int | None = None
     memory_pressure: float | None = None
     n_workers: int | None = None
+    reuse_distance: int | None = None
+    n_dependents: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -98,6 +110,8 @@ class FileRequest:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise ValueError(f"{name}={value!r} must be a non-negative int or None")
+        if self.reuse_distance is not None and not isinstance(self.reuse_distance, int):
+            raise ValueError(f"reuse_distance={self.reuse_distance!r} must be an int or None")
         if self.memory_pressure is not None and not (
             isinstance(self.memory_pressure, (int, float)) and self.memory_pressure >= 0
         ):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from placement.schema import SCHEMA, SCHEMA_VERSION_KEY
+from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
 
 STAGE_LIFETIME_S = {"load": 0.05, "shuffle-p2p": 0.5, "aggregate": 5.0}
 
@@ -58,6 +58,8 @@ def make_log(
                             "priority": s * 100 + i,
                             "memory_pressure": 0.5,
                             "n_workers": 2,
+                            "reuse_distance": None if kind == "shuffle" else i - 3,
+                            "n_dependents": None if kind == "shuffle" else i % 3,
                             "deleted_at": created + lifetime,
                             "size_bytes": size,
                             "read_ops": reads,
@@ -69,4 +71,4 @@ def make_log(
                     )
             t += 60.0  # next run starts after this one ended
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    return table.replace_schema_metadata({SCHEMA_VERSION_KEY: b"1"})
+    return table.replace_schema_metadata({SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})

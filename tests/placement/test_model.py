@@ -20,6 +20,7 @@ from placement.features import (
     log_density,
 )
 from placement.model import DensityModel, ModelParams, ModelSet
+from placement.schema import SCHEMA_VERSION
 from tests.placement.logtables import make_log
 
 FAST = ModelParams(n_estimators=60, num_threads=1)
@@ -93,7 +94,7 @@ def test_save_load_round_trip(tmp_path: Path, log: pd.DataFrame, model: DensityM
     feats = build_features(log)
     np.testing.assert_array_equal(loaded.predict(feats), model.predict(feats))
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
-    assert meta["feature_columns"] == list(FEATURE_COLUMNS) and meta["schema_version"] == 1
+    assert meta["feature_columns"] == list(FEATURE_COLUMNS) and meta["schema_version"] == SCHEMA_VERSION == 2
     assert meta["prior_feature"] == "h_prior_ld"
     assert meta["prior_size_slopes"] == PRIOR_SIZE_SLOPES
     assert loaded.prior_fallback == model.prior_fallback

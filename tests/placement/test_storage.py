@@ -27,6 +27,7 @@ from placement.storage import (
     TierIOError,
     UnsafePathError,
 )
+from placement.storage.context import RequestBuilder
 from placement.storage.paths import check_name, name_for_key
 from placement.tier import Tier
 
@@ -71,7 +72,57 @@ def test_request_rejects_bad_values() -> None:
         FileRequest(file_kind="spill", created_at=float("nan"))
     with pytest.raises(ValueError, match="stage=''"):
         FileRequest(file_kind="spill", created_at=1.0, stage="")
+    with pytest.raises(ValueError, match="reuse_distance=1.5"):
+        FileRequest(file_kind="spill", created_at=1.0, reuse_distance=1.5)
+    with pytest.raises(ValueError, match="n_dependents=-2"):
+        FileRequest(file_kind="spill", created_at=1.0, n_dependents=-2)
     assert FileRequest(file_kind="shuffle", created_at=1.0).file_kind is FileKind.SHUFFLE
+    assert FileRequest(file_kind="spill", created_at=1.0, reuse_distance=-3).reuse_distance == -3
+
+
+def _task(key: str, position: int, state: str):
+    from distributed.worker_state_machine import TaskState
+
+    ts = TaskState(key)
+    ts.priority, ts.state = (0, 1, position), state
+    return ts
+
+
+class _Worker:
+    """What the request builder reads of a ``distributed.Worker``: address and state."""
+
+    def __init__(self, state) -> None:
+        self.address, self.state = "tcp://w:1", state
+
+
+def test_spill_facts_forecast_the_next_reader_from_the_worker_state() -> None:
+    from distributed.worker_state_machine import WorkerState
+
+    state = WorkerState(threads={}, data={})
+    key = _task("x-1", 5, "memory")
+    done = _task("y-0", 7, "memory")  # ran already: reads nothing more
+    later = _task("y-1", 40, "waiting")
+    soon = _task("y-2", 12, "ready")
+    running = _task("z-0", 10, "executing")
+    key.dependents = {done, later, soon}
+    for ts in (key, done, later, soon, running):
+        state.tasks[ts.key] = ts
+    state.executing.add(running)
+    builder = RequestBuilder()
+    assert builder.reuse_of("x-1") == (None, None)  # no worker bound
+    worker = _Worker(state)
+    builder.bind_worker(worker)
+
+    req = builder.spill("x-1", 1000)
+    assert (req.reuse_distance, req.n_dependents) == (12 - 10, 2)
+    assert req.priority == 5 and req.stage == "x"
+    state.executing.clear()  # nothing runs: distance from position 0
+    assert builder.reuse_of("x-1") == (12, 2)
+    key.dependents = {done}
+    assert builder.reuse_of("x-1") == (None, 0)
+    assert builder.reuse_of("unknown-key") == (None, None)
+    row = builder.spill("x-1", 1000).to_row()
+    assert row["n_dependents"] == 0 and row["reuse_distance"] is None
 
 
 def test_choosers_validate_and_choose() -> None:

@@ -117,6 +117,11 @@ def test_spill_and_shuffle_heavy_dataframe_matches_pandas_and_logs_every_file(
     assert (spill["read_bytes"] == spill["read_ops"] * spill["size_bytes"]).all()
     assert spill["read_ops"].sum() > 0, "the groupby read spilled partitions back"
     assert (spill["expected_size_bytes"] == spill["size_bytes"]).all()
+    # the worker knew each spilled key's task state: its readers left, and the distance to
+    # the next one exactly when one is known there
+    assert spill["n_dependents"].notna().all() and (spill["n_dependents"] >= 0).all()
+    assert (spill["reuse_distance"].notna() == (spill["n_dependents"] > 0)).all()
+    assert shuffle["n_dependents"].isna().all() and shuffle["reuse_distance"].isna().all()
     persisted_spill = spill[spill["stage"] == "p2pshuffle"]  # the kept shuffle output partitions
     assert len(persisted_spill) > 0 and (persisted_spill["n_partitions_out"] == 16).all()
 

@@ -116,6 +116,21 @@ def test_reader_skips_and_reports_bad_files(tmp_path: Path) -> None:
         read_logs(tmp_path / "missing")
 
 
+def test_version_1_logs_read_with_the_spill_facts_they_lack_as_nulls(tmp_path: Path) -> None:
+    with LogWriter(tmp_path / "new") as w:
+        w.add(row(1, reuse_distance=-4, n_dependents=2))
+    old = pq.read_table(w.files[0]).drop_columns(["reuse_distance", "n_dependents"])
+    pq.write_table(old.replace_schema_metadata({SCHEMA_VERSION_KEY: b"1"}), tmp_path / "v1.parquet")
+    logs = read_logs([tmp_path / "v1.parquet", *w.files])
+    assert logs.bad_files == [] and logs.table.num_rows == 2
+    assert logs.table["reuse_distance"].to_pylist() == [None, -4]
+    assert logs.table["n_dependents"].to_pylist() == [None, 2]
+    newer = old.replace_schema_metadata({SCHEMA_VERSION_KEY: str(SCHEMA_VERSION + 1).encode()})
+    pq.write_table(newer, tmp_path / "v9.parquet")
+    bad = read_logs(tmp_path / "v9.parquet").bad_files
+    assert len(bad) == 1 and "newer than this dataplane reads" in bad[0][1]
+
+
 def test_options_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_rows"):
         LogWriter(tmp_path, max_rows=0)
