@@ -18,7 +18,9 @@ Variants (each with the threshold at ``--basis``):
 * ``kind-slope-0.5``: the history prior's size slope at the file-kind levels 0.5
   instead of :data:`placement.features.PRIOR_KIND_SIZE_SLOPE`;
 * ``stage-slope-0``: the size slope at the stage levels 0 instead of
-  :data:`placement.features.PRIOR_SIZE_SLOPE`.
+  :data:`placement.features.PRIOR_SIZE_SLOPE`;
+* ``no-reuse-facts``: the spill facts ``reuse_distance`` and ``n_dependents`` (log
+  schema 2) blanked, as if the worker had not reported them.
 
 The slope variants change :data:`placement.features.PRIOR_SIZE_SLOPES` in this
 process only. About 2 minutes per variant on 2 cores for 9,607 rows and 3 seeds.
@@ -51,7 +53,10 @@ VARIANTS: dict[str, dict[str, float]] = {
     "default": {},
     "kind-slope-0.5": {"ko": 0.5, "k": 0.5},
     "stage-slope-0": {"ps": 0.0, "s": 0.0},
+    "no-reuse-facts": {},
 }
+#: Variant name -> log columns it blanks.
+BLANKED: dict[str, tuple[str, ...]] = {"no-reuse-facts": ("reuse_distance", "n_dependents")}
 
 
 def inner_scores(df, basis: str, seeds: list[int]) -> tuple[float, float]:
@@ -97,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         features.PRIOR_SIZE_SLOPES.update(shipped)
         features.PRIOR_SIZE_SLOPES.update(VARIANTS[name])
-        lgbm, true = inner_scores(df, args.basis, seeds)
+        blank = {c: np.nan for c in BLANKED.get(name, ())}
+        lgbm, true = inner_scores(df.assign(**blank), args.basis, seeds)
         rows.append([name, f"{lgbm:.4f}", f"{true:.4f}"])
         payload[name] = {"lightgbm": lgbm, "true_density": true}
         print(f"{name}: lightgbm {lgbm:.4f}, threshold fed the true density {true:.4f}", flush=True)
