@@ -23,7 +23,7 @@ Variants (each with the threshold at ``--basis``):
   schema 2) blanked, as if the worker had not reported them.
 
 The slope variants change :data:`placement.features.PRIOR_SIZE_SLOPES` in this
-process only. About 2 minutes per variant on 2 cores for 9,607 rows and 3 seeds.
+process only. About 2.5 minutes per variant on 2 cores for 20,321 rows and 3 seeds.
 Writes ``benchmarks/results/placement_inner-<time>.json`` (and ``-latest``).
 """
 

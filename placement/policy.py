@@ -68,10 +68,11 @@ Why BEFORE: ``AFTER`` protects small dense files from a few large sparse ones
 fed the true density. Fed the model's predictions, whose errors it multiplies for
 large files, it is worse: by grouped validation inside the training folds of the
 pipeline split (share of the oracle's savings at 5%, 4 folds x 3 seeds), the LightGBM
-policy scored 0.804 with ``BEFORE`` against 0.792 with ``AFTER`` (fed the true
-density: 0.853 against 0.899; ``benchmarks/placement_inner.py``). ``AFTER`` was the
-default while the simulator told policies each file's final size. ``exponent`` (default 0.5) was chosen on the
-training runs of the workload suite, never on held-out runs.
+policy scored 0.785 with ``BEFORE`` against 0.769 with ``AFTER`` on the 132-run log
+(fed the true density: 0.849 against 0.891; ``benchmarks/placement_inner.py``), and
+0.804 against 0.792 on the earlier 66-run log. ``AFTER`` was the default while the
+simulator told policies each file's final size. ``exponent`` (default 0.5) was chosen
+on the training runs of the workload suite, never on held-out runs.
 
 Until ``min_window`` predictions have been seen, files are admitted while they
 fit. The sorted window is refreshed every ``refresh`` placements, so a decision costs
