@@ -18,9 +18,9 @@ Prints, for the pipeline split (grouped k-fold over pipelines) and the time spli
 * with ``--seeds``, the LightGBM policy's share of the oracle at 5% for each model seed,
   with the threshold at the occupancy before (the default) and after the file;
 * with ``--overlap``, the same evaluation with the runs replayed as a shared cluster
-  would see them (:func:`overlap_runs`: each run keeps its own timing, runs start
-  ``k`` times as often), at 5%: each policy's savings, the oracle's ratio to
-  first-fit (the most any policy can beat first-fit by) and LightGBM's share;
+  would see them (:func:`placement.simulator.overlap_runs`: each run keeps its own
+  timing, runs start ``k`` times as often), at 5%: each policy's savings, the oracle's
+  ratio to first-fit (the most any policy can beat first-fit by) and LightGBM's share;
 * decision latency: one file through features + model (the live path) against the
   naive path (a one-row pandas DataFrame into ``Booster.predict``), side by side; and
   batched decisions per second against the 50k/s goal;
@@ -58,7 +58,7 @@ from placement.features import FEATURE_COLUMNS, HistoryStore, build_features, cl
 from placement.logwriter import read_logs
 from placement.model import DensityModel, ModelParams
 from placement.policy import AdaptiveThresholdPolicy, FirstFitPolicy
-from placement.simulator import Trace, simulate
+from placement.simulator import Trace, overlap_runs, simulate
 
 sys.path.append(str(_HERE))
 from _common import RESULTS_DIR, format_table, machine_info, write_results
@@ -151,28 +151,11 @@ def seed_shares(df: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, list[
     return out
 
 
-def overlap_runs(df: pd.DataFrame, k: float) -> pd.DataFrame:
-    """The log with its runs replayed as a shared cluster running ``k`` at a time would.
-
-    The collector runs pipelines one after another. Here each run keeps its own files'
-    timing, but runs start ``k`` times as often: in their original order, run ``j``
-    starts at the sum of the durations of the runs before it divided by ``k`` (so about
-    ``k`` runs are live at once). ``k = 1`` only closes the gaps between runs.
-    """
-    if not k > 0:
-        raise ValueError(f"overlap k={k!r} must be a positive number of runs at a time")
-    runs = df.groupby("run_id").agg(start=("created_at", "min"), end=("deleted_at", "max"))
-    runs = runs.sort_values("start")
-    duration = (runs["end"] - runs["start"]).to_numpy()
-    new_start = runs["start"].iloc[0] + np.concatenate([[0.0], np.cumsum(duration[:-1])]) / k
-    shift = df["run_id"].map(pd.Series(new_start - runs["start"].to_numpy(), index=runs.index))
-    return df.assign(created_at=df["created_at"] + shift, deleted_at=df["deleted_at"] + shift)
-
-
 def overlap_rows(
     df: pd.DataFrame, overlaps: list[float], names: list[str]
 ) -> tuple[list[list[str]], dict]:
-    """Savings at 5% of the policies ``names``, per split and overlap (see :func:`overlap_runs`)."""
+    """Savings at 5% of the policies ``names``, per split and overlap
+    (:func:`placement.simulator.overlap_runs`)."""
     rows, out = [], {}
     for k in overlaps:
         shifted = overlap_runs(df, k)

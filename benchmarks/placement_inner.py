@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/placement_inner.py [LOG_DIR_OR_FILES...] [--basis before|after]
-        [--variants default,kind-slope-0.5,stage-slope-0] [--seeds 0,1,2]
+        [--variants default,kind-slope-0.5,stage-slope-0] [--seeds 0,1,2] [--overlap K]
 
 For each outer fold of the pipeline split (exactly the folds of
 :func:`placement.evaluate.evaluate`), only that fold's *training* rows are evaluated
@@ -11,6 +11,9 @@ again with a grouped k-fold over their own pipelines (4 inner folds), so the hel
 pipelines never inform a setting. Printed per variant: the LightGBM policy's share of
 the oracle's savings at a 5% SSD budget, and that of the same threshold fed the true
 density, each the mean over outer folds and model seeds.
+
+With ``--overlap K`` the log is first replayed with ``K`` runs at a time
+(:func:`placement.simulator.overlap_runs`), as on a shared cluster.
 
 Variants (each with the threshold at ``--basis``):
 
@@ -20,7 +23,10 @@ Variants (each with the threshold at ``--basis``):
 * ``stage-slope-0``: the size slope at the stage levels 0 instead of
   :data:`placement.features.PRIOR_SIZE_SLOPE`;
 * ``no-reuse-facts``: the spill facts ``reuse_distance`` and ``n_dependents`` (log
-  schema 2) blanked, as if the worker had not reported them.
+  schema 2) blanked, as if the worker had not reported them;
+* ``exponent-X``: the adaptive threshold's ``exponent`` X (0.125, 0.25, 0.5, 1.0)
+  instead of the policy's default (the admitted share of recent bytes is
+  ``(1 - occupancy) ** exponent``).
 
 The slope variants change :data:`placement.features.PRIOR_SIZE_SLOPES` in this
 process only. About 2.5 minutes per variant on 2 cores for 20,321 rows and 3 seeds.
@@ -43,6 +49,7 @@ from placement.evaluate import EvaluationConfig, evaluate, split_masks
 from placement.features import clean_table
 from placement.logwriter import read_logs
 from placement.model import ModelParams
+from placement.simulator import overlap_runs
 
 sys.path.append(str(_HERE))
 from _common import format_table, machine_info, write_results
@@ -57,9 +64,16 @@ VARIANTS: dict[str, dict[str, float]] = {
 }
 #: Variant name -> log columns it blanks.
 BLANKED: dict[str, tuple[str, ...]] = {"no-reuse-facts": ("reuse_distance", "n_dependents")}
+#: Variant name -> options of the threshold policies it sets.
+POLICY_OPTIONS: dict[str, dict[str, float]] = {
+    f"exponent-{x:g}": {"exponent": x} for x in (0.125, 0.25, 0.5, 1.0)
+}
+VARIANTS.update({name: {} for name in POLICY_OPTIONS})
 
 
-def inner_scores(df, basis: str, seeds: list[int]) -> tuple[float, float]:
+def inner_scores(
+    df, basis: str, seeds: list[int], options: dict | None = None
+) -> tuple[float, float]:
     """Mean (LightGBM, true-density) share of the oracle at 5% over outer folds and seeds."""
     lgbm, true = [], []
     for train, _held in split_masks(df, EvaluationConfig(split="pipeline")):
@@ -72,7 +86,7 @@ def inner_scores(df, basis: str, seeds: list[int]) -> tuple[float, float]:
                     folds=4,
                     budgets=(0.05,),
                     params=ModelParams(seed=seed),
-                    policy_options={"occupancy_basis": basis},
+                    policy_options={"occupancy_basis": basis, **(options or {})},
                 ),
             )
             oracle = r.goals["5%"]["oracle"]
@@ -87,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--basis", choices=("before", "after"), default="before")
     ap.add_argument("--variants", default="default", help=f"comma-separated, of {list(VARIANTS)}")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated model seeds")
+    ap.add_argument(
+        "--overlap", type=float, default=None, help="replay K runs at a time (shared cluster)"
+    )
     args = ap.parse_args(argv)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
@@ -97,18 +114,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     seeds = [int(s) for s in args.seeds.split(",")]
     df, _ = clean_table(read_logs(args.logs).table)
+    if args.overlap is not None:
+        df = overlap_runs(df, args.overlap)
     shipped = dict(features.PRIOR_SIZE_SLOPES)
-    rows, payload = [], {"machine": machine_info(), "basis": args.basis, "seeds": seeds}
+    rows, payload = [], {
+        "machine": machine_info(),
+        "basis": args.basis,
+        "seeds": seeds,
+        "overlap": args.overlap,
+    }
     for name in names:
         features.PRIOR_SIZE_SLOPES.update(shipped)
         features.PRIOR_SIZE_SLOPES.update(VARIANTS[name])
         blank = {c: np.nan for c in BLANKED.get(name, ())}
-        lgbm, true = inner_scores(df.assign(**blank), args.basis, seeds)
+        lgbm, true = inner_scores(
+            df.assign(**blank), args.basis, seeds, POLICY_OPTIONS.get(name)
+        )
         rows.append([name, f"{lgbm:.4f}", f"{true:.4f}"])
         payload[name] = {"lightgbm": lgbm, "true_density": true}
         print(f"{name}: lightgbm {lgbm:.4f}, threshold fed the true density {true:.4f}", flush=True)
     features.PRIOR_SIZE_SLOPES.update(shipped)
-    print(f"\n== inner validation, threshold at the occupancy {args.basis} the file, seeds {seeds}")
+    overlap = f", {args.overlap:g} runs at a time" if args.overlap is not None else ""
+    print(
+        f"\n== inner validation, threshold at the occupancy {args.basis} the file, "
+        f"seeds {seeds}{overlap}"
+    )
     print(format_table(["variant", "LightGBM share", "true-density share"], rows))
     print(f"\nwrote {write_results('placement_inner', payload)}")
     return 0

@@ -68,6 +68,7 @@ __all__ = [
     "PolicyMaker",
     "SimulationResult",
     "Trace",
+    "overlap_runs",
     "peak_live_bytes",
     "policy_roster",
     "simulate",
@@ -191,6 +192,34 @@ def _sweep(
     kind = np.concatenate([np.zeros(len(deleted)), np.ones(len(created))])
     order = np.lexsort((kind, times))
     return times[order], np.cumsum(delta[order])
+
+
+def overlap_runs(table: pd.DataFrame, k: float) -> pd.DataFrame:
+    """The log with its runs replayed as a shared cluster running ``k`` at a time would.
+
+    The workload collector runs pipelines one after another. Here each run keeps its
+    files' timing, but runs start ``k`` times as often: in their original order, run
+    ``j`` starts at the sum of the durations (first creation to last deletion, seconds)
+    of the runs before it, divided by ``k``, so about ``k`` runs are live at once.
+    ``k = 1`` only closes the gaps between runs. Only ``created_at`` and ``deleted_at``
+    change; history features then count only the runs finished before each file, as
+    a live service would.
+
+    Raises
+    ------
+    ValueError
+        If ``k`` is not a positive number.
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 0:
+        raise ValueError(f"overlap k={k!r} must be a positive number of runs at a time")
+    runs = table.groupby("run_id").agg(start=("created_at", "min"), end=("deleted_at", "max"))
+    runs = runs.sort_values("start")
+    duration = (runs["end"] - runs["start"]).to_numpy(np.float64)
+    starts = runs["start"].iloc[0] + np.concatenate([[0.0], np.cumsum(duration[:-1])]) / k
+    shift = table["run_id"].map(pd.Series(starts - runs["start"].to_numpy(), index=runs.index))
+    return table.assign(
+        created_at=table["created_at"] + shift, deleted_at=table["deleted_at"] + shift
+    )
 
 
 def peak_live_bytes(table: pa.Table | pd.DataFrame | Trace) -> int:

@@ -38,7 +38,7 @@ from typing import Any
 import dask
 from dask.utils import parse_bytes, parse_timedelta
 
-from placement.policy import OccupancyBasis
+from placement.policy import DEFAULT_EXPONENT, OccupancyBasis
 from placement.service.errors import ServiceConfigError
 from placement.storage.config import LOG_DIR_KEY, config_dir
 
@@ -113,7 +113,7 @@ class ServiceConfig:
     lease_ttl_s: float = 5.0
     lease_fraction: float | None = None
     window: int = 4096
-    exponent: float = 0.5
+    exponent: float = DEFAULT_EXPONENT
     occupancy_basis: OccupancyBasis = OccupancyBasis.BEFORE
 
     def __post_init__(self) -> None:

@@ -11,7 +11,7 @@ import pytest
 from placement.cost import CostModel
 from placement.policy import AdaptiveThresholdPolicy, AllHDDPolicy, FirstFitPolicy, OraclePolicy
 from placement.schema import SCHEMA
-from placement.simulator import Trace, peak_live_bytes, simulate
+from placement.simulator import Trace, overlap_runs, peak_live_bytes, simulate
 from placement.tier import Tier
 from tests.placement.logtables import make_log
 
@@ -133,6 +133,38 @@ def test_peak_live_bytes() -> None:
     df = _log([(0.0, 2.0, 10, 2), (1.0, 3.0, 20, 2), (2.0, 4.0, 40, 2)])
     assert peak_live_bytes(df) == 60
     assert peak_live_bytes(df.iloc[:0]) == 0
+
+
+def test_overlapped_runs_keep_their_own_timing_and_start_k_times_as_often() -> None:
+    log = make_log(seed=4).to_pandas()
+    runs = log.groupby("run_id").agg(start=("created_at", "min"), end=("deleted_at", "max"))
+    runs = runs.sort_values("start")
+    assert (runs["start"].iloc[1:].to_numpy() >= runs["end"].iloc[:-1].to_numpy()).all()
+    duration = (runs["end"] - runs["start"]).to_numpy()
+
+    out = overlap_runs(log, 4)
+    assert list(out.columns) == list(log.columns) and len(out) == len(log)
+    times = ["created_at", "deleted_at"]
+    pd.testing.assert_frame_equal(out.drop(columns=times), log.drop(columns=times))
+    np.testing.assert_allclose(  # lifetimes and offsets inside each run are unchanged
+        (out["deleted_at"] - out["created_at"]).to_numpy(),
+        (log["deleted_at"] - log["created_at"]).to_numpy(),
+    )
+    starts = out.groupby("run_id")["created_at"].min().loc[runs.index].to_numpy()
+    expected = runs["start"].iloc[0] + np.concatenate([[0], np.cumsum(duration[:-1])]) / 4
+    np.testing.assert_allclose(starts, expected)
+    # runs now overlap: live bytes peak higher than when they ran one after another
+    assert peak_live_bytes(out) > peak_live_bytes(log)
+    # k = 1 only closes the gaps between runs
+    closed = overlap_runs(log, 1).groupby("run_id").agg(
+        start=("created_at", "min"), end=("deleted_at", "max")
+    ).loc[runs.index]
+    np.testing.assert_allclose(
+        closed["start"].iloc[1:].to_numpy(), closed["end"].iloc[:-1].to_numpy()
+    )
+    for bad in (0, -1.0, float("nan"), True, "2"):
+        with pytest.raises(ValueError, match="overlap k="):
+            overlap_runs(log, bad)
 
 
 def test_roster_gives_density_fed_policies_the_break_even_test() -> None:
