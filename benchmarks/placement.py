@@ -371,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in results["pipeline"].savings if n != "all-hdd"]
         rows, payload["overlap"] = overlap_rows(df, overlaps, names)
         print("\n== runs replayed overlapped (k runs at a time), TCO savings vs all-HDD at 5%")
-        print(format_table(["k", "split", *names, "oracle / first-fit", "lightgbm / oracle"], rows))
+        header = ["k", "split", *names, "oracle / first-fit", "lightgbm / oracle"]
+        print(format_table(header, rows))
 
     path = write_results("placement", payload)
     print(f"\nwrote {path}")

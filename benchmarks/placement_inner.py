@@ -29,7 +29,7 @@ Variants (each with the threshold at ``--basis``):
   ``(1 - occupancy) ** exponent``).
 
 The slope variants change :data:`placement.features.PRIOR_SIZE_SLOPES` in this
-process only. About 2.5 minutes per variant on 2 cores for 20,321 rows and 3 seeds.
+process only. About 1.5-2 minutes per variant on 2 cores for 20,321 rows and 3 seeds.
 Writes ``benchmarks/results/placement_inner-<time>.json`` (and ``-latest``).
 """
 

@@ -78,7 +78,10 @@ def _csv(value: str | None) -> list[str] | None:
     help="Comma-separated sizes: small, medium, large.",
 )
 @click.option(
-    "--seeds", default="0,1,2,3,4,5", show_default=True, help="Comma-separated non-negative int seeds."
+    "--seeds",
+    default="0,1,2,3,4,5",
+    show_default=True,
+    help="Comma-separated non-negative int seeds.",
 )
 @click.option(
     "--workers",
