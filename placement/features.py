@@ -738,6 +738,8 @@ def build_features(
 
 def _signed_log(values: Any) -> Any:
     """``sign(x) * log10(1 + |x|)``: a log scale for counts that may be negative (NaN stays)."""
+    if isinstance(values, float):  # one live decision: no numpy on this path
+        return math.copysign(math.log10(1.0 + abs(values)), values) if values == values else values
     return np.sign(values) * np.log10(1.0 + np.abs(values))
 
 
@@ -799,8 +801,9 @@ def features_from_request(
     row[7] = _f(_request_get(request, "priority"))
     row[8] = _f(_request_get(request, "memory_pressure"))
     row[9] = _f(_request_get(request, "n_workers"))
-    reuse = np.float64(_f(_request_get(request, "reuse_distance")))
-    row[_FEATURE_INDEX["log_reuse_distance"]] = float(_signed_log(reuse))
+    row[_FEATURE_INDEX["log_reuse_distance"]] = _signed_log(
+        _f(_request_get(request, "reuse_distance"))
+    )
     row[_FEATURE_INDEX["n_dependents"]] = _f(_request_get(request, "n_dependents"))
     if history is not None:
         hist = history.lookup(
