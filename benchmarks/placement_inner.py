@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -55,20 +56,25 @@ sys.path.append(str(_HERE))
 from _common import format_table, machine_info, write_results
 
 DEFAULT_LOGS = _HERE.parent / "data" / "placement" / "logs"
-#: Variant name -> history-prior size slopes it sets (level -> slope).
-VARIANTS: dict[str, dict[str, float]] = {
-    "default": {},
-    "kind-slope-0.5": {"ko": 0.5, "k": 0.5},
-    "stage-slope-0": {"ps": 0.0, "s": 0.0},
-    "no-reuse-facts": {},
+@dataclass(frozen=True)
+class Variant:
+    """What a variant changes against the shipped settings."""
+
+    #: History-prior size slopes it sets (level -> slope).
+    slopes: dict[str, float] = field(default_factory=dict)
+    #: Log columns it blanks.
+    blanked: tuple[str, ...] = ()
+    #: Options of the threshold policies it sets.
+    options: dict[str, float] = field(default_factory=dict)
+
+
+VARIANTS: dict[str, Variant] = {
+    "default": Variant(),
+    "kind-slope-0.5": Variant(slopes={"ko": 0.5, "k": 0.5}),
+    "stage-slope-0": Variant(slopes={"ps": 0.0, "s": 0.0}),
+    "no-reuse-facts": Variant(blanked=("reuse_distance", "n_dependents")),
+    **{f"exponent-{x:g}": Variant(options={"exponent": x}) for x in (0.125, 0.25, 0.5, 1.0)},
 }
-#: Variant name -> log columns it blanks.
-BLANKED: dict[str, tuple[str, ...]] = {"no-reuse-facts": ("reuse_distance", "n_dependents")}
-#: Variant name -> options of the threshold policies it sets.
-POLICY_OPTIONS: dict[str, dict[str, float]] = {
-    f"exponent-{x:g}": {"exponent": x} for x in (0.125, 0.25, 0.5, 1.0)
-}
-VARIANTS.update({name: {} for name in POLICY_OPTIONS})
 
 
 def inner_scores(
@@ -125,11 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name in names:
         features.PRIOR_SIZE_SLOPES.update(shipped)
-        features.PRIOR_SIZE_SLOPES.update(VARIANTS[name])
-        blank = {c: np.nan for c in BLANKED.get(name, ())}
-        lgbm, true = inner_scores(
-            df.assign(**blank), args.basis, seeds, POLICY_OPTIONS.get(name)
-        )
+        variant = VARIANTS[name]
+        features.PRIOR_SIZE_SLOPES.update(variant.slopes)
+        blank = {c: np.nan for c in variant.blanked}
+        lgbm, true = inner_scores(df.assign(**blank), args.basis, seeds, variant.options)
         rows.append([name, f"{lgbm:.4f}", f"{true:.4f}"])
         payload[name] = {"lightgbm": lgbm, "true_density": true}
         print(f"{name}: lightgbm {lgbm:.4f}, threshold fed the true density {true:.4f}", flush=True)
