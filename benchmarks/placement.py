@@ -23,7 +23,8 @@ Prints, for the pipeline split (grouped k-fold over pipelines) and the time spli
   ratio to first-fit (the most any policy can beat first-fit by) and LightGBM's share;
 * decision latency: one file through features + model (the live path) against the
   naive path (a one-row pandas DataFrame into ``Booster.predict``), side by side; and
-  batched decisions per second against the 50k/s goal;
+  batched decisions per second against the 50k/s goal; the time the spill reuse facts
+  add to each spill (:meth:`placement.storage.RequestBuilder.reuse_of`);
 * model file size and the predictor's memory;
 * simulator replay speed on a log resampled to 500k rows;
 * a sensitivity run with SSD wear and HDD transfer time priced
@@ -172,6 +173,41 @@ def overlap_rows(
     return rows, out
 
 
+def reuse_facts_us(n: int = 20_000, tasks: int = 2_000) -> float:
+    """Mean microseconds of :meth:`RequestBuilder.reuse_of` for one spilled key (the
+    work the spill facts add to each spill), on a real worker state of ``tasks`` tasks
+    with one executing task and four dependents waiting on the key."""
+    from distributed.worker_state_machine import TaskState, WorkerState
+
+    from placement.storage.context import RequestBuilder
+
+    state = WorkerState(threads={}, data={})
+
+    def task(key: str, position: int, status: str) -> TaskState:
+        ts = TaskState(key)
+        ts.priority, ts.state = (0, 1, position), status
+        state.tasks[key] = ts
+        return ts
+
+    key = task("x-0", 5, "memory")
+    key.dependents = {task(f"y-{i}", 10 + i, "waiting") for i in range(4)}
+    for i in range(tasks):
+        task(f"z-{i}", 100 + i, "memory")
+    state.executing.add(task("e-0", 9, "executing"))
+
+    class Worker:  # what the builder reads of a distributed.Worker
+        def __init__(self) -> None:
+            self.address, self.state = "tcp://benchmark:0", state
+
+    worker = Worker()  # the builder keeps a weak reference: hold it here
+    builder = RequestBuilder()
+    builder.bind_worker(worker)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        builder.reuse_of("x-0")
+    return (time.perf_counter() - t0) / n * 1e6
+
+
 def naive_single_latency(model: DensityModel, feats: pd.DataFrame, n: int = 500) -> float:
     """Median microseconds of one decision through a one-row DataFrame (the naive path)."""
     out = []
@@ -268,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     feats = build_features(df, history)
     model = DensityModel().fit_features(feats, _target(df))
     naive = naive_single_latency(model, feats)
+    reuse_us = reuse_facts_us()
     print("\n== decisions (model of the time split; 2-core machine, shared)")
     print(
         format_table(
@@ -286,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
                 ],
                 ["batched, all threads", f"{d['batched_per_s']:,.0f} /s", ">= 50,000 /s"],
                 ["batched, one thread", f"{d['batched_per_s_one_thread']:,.0f} /s", ">= 50,000 /s"],
+                [
+                    "spill reuse facts (reuse_of), per spilled key",
+                    f"{reuse_us:.1f} us",
+                    "worker state of 2,000 tasks",
+                ],
                 [
                     "model files (model.txt + model.json)",
                     f"{d['model_file_bytes'] / 1024:.0f} KiB",
@@ -307,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     payload["decisions"] = {
         **d,
         "naive_single_model_us_p50": naive,
+        "reuse_facts_us_mean": reuse_us,
         "feature_count": len(FEATURE_COLUMNS),
     }
     imp = list(results["time"].feature_importances.items())[:8]
