@@ -130,8 +130,8 @@ def collect_command(
 ) -> None:
     """Run the real Dask workload suite and write OUT_DIR/io_log.parquet and OUT_DIR/summary.json.
 
-    Every spill, P2P shuffle and rechunk file the runs create is counted and logged
-    (one row per file). Prints the summary as JSON.
+    Every spill, P2P shuffle, rechunk and cache-shard file the runs create is counted
+    and logged (one row per file). Prints the summary as JSON.
     """
     from placement.tier import Tier
     from placement.workloads import SIZES, WORKLOADS, CollectOptions, WorkloadError, collect

@@ -2,17 +2,19 @@
 
 A :class:`TieredFileStore` places each file on the tier a :class:`TierChooser` picks and
 logs one row per file; :class:`TieredSpillBuffer` (worker ``data=``) sends Dask spill
-through it, and :class:`PlacementWorkerPlugin` does the same for P2P shuffle and
-rechunk files.
+through it, :class:`PlacementWorkerPlugin` does the same for P2P shuffle and
+rechunk files, and :class:`ShardCache` keeps cache shards (written once, read many
+times) in it.
 """
 
 from __future__ import annotations
 
 from placement.storage.chooser import ByKindTier, FixedTier, TierChooser
 from placement.storage.context import RequestBuilder, RunContext, get_run_context, set_run_context
-from placement.storage.errors import StorageError, TierIOError, UnsafePathError
+from placement.storage.errors import ShardError, StorageError, TierIOError, UnsafePathError
 from placement.storage.plugin import PlacementWorkerPlugin
 from placement.storage.request import FileKind, FileRequest
+from placement.storage.shards import ShardCache, ShardRef, drop_shard, put_shard, worker_shards
 from placement.storage.spill import TieredSpillBuffer, tiered_spill_buffer
 from placement.storage.store import RowSink, TempFile, TieredFileStore
 from placement.storage.worker import (
@@ -32,6 +34,9 @@ __all__ = [
     "RequestBuilder",
     "RowSink",
     "RunContext",
+    "ShardCache",
+    "ShardError",
+    "ShardRef",
     "StorageError",
     "StorageOptions",
     "TempFile",
@@ -41,10 +46,13 @@ __all__ = [
     "TieredSpillBuffer",
     "UnsafePathError",
     "WorkerStorage",
+    "drop_shard",
     "flush_worker_logs",
     "get_run_context",
+    "put_shard",
     "set_run_context",
     "tiered_spill_buffer",
     "worker_storage",
+    "worker_shards",
     "worker_storage_state",
 ]

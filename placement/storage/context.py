@@ -10,6 +10,10 @@ Two sources feed a :class:`~placement.storage.request.FileRequest`:
 * the **worker** (:class:`RequestBuilder`): worker address, the producing task's
   priority, memory pressure, the file's own expected size and, for a spilled key, how
   far ahead in the graph order its next reader is (:meth:`RequestBuilder.reuse_of`).
+
+One method per file kind builds the request: :meth:`RequestBuilder.spill`,
+:meth:`RequestBuilder.p2p` (shuffle and rechunk outputs) and
+:meth:`RequestBuilder.shard` (cache shards, :mod:`placement.storage.shards`).
 """
 
 from __future__ import annotations
@@ -224,6 +228,34 @@ class RequestBuilder:
             priority=self.priority_of(key),
             reuse_distance=reuse_distance,
             n_dependents=n_dependents,
+            **self._base(ctx),
+        )
+
+    def shard(
+        self,
+        stage: str,
+        expected_size_bytes: int,
+        *,
+        n_shards: int | None = None,
+        key: Hashable | None = None,
+    ) -> FileRequest:
+        """Facts of a cache shard written by task ``key`` of ``stage``.
+
+        ``expected_size_bytes`` is the shard's size (its records are in hand when it is
+        created) and ``n_shards`` the shards the cache will hold (``n_partitions_out``).
+        """
+        ctx = get_run_context()
+        operator = "cache"
+        if ctx is not None:
+            operator = ctx.stage_operators.get(stage, ctx.operator or operator)
+        return FileRequest(
+            file_kind=FileKind.CACHE_SHARD,
+            stage=stage,
+            operator=operator,
+            expected_size_bytes=expected_size_bytes,
+            n_partitions_in=ctx.n_partitions_in if ctx else None,
+            n_partitions_out=n_shards,
+            priority=self.priority_of(key) if key is not None else None,
             **self._base(ctx),
         )
 

@@ -24,3 +24,8 @@ class TierIOError(StorageError, OSError):
     handle disk errors (Dask's ``SpillBuffer`` keeps the value in memory, P2P shuffle
     reports ``ENOSPC`` as out of disk) keep doing so.
     """
+
+
+class ShardError(StorageError, LookupError):
+    """A cache shard is not in this worker's store (dropped, or read on another worker),
+    or a read asks for records it does not hold."""

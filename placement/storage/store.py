@@ -31,8 +31,8 @@ What happens on failure
 * **Sink raises**: the row is dropped with a logged error; the file is still deleted.
 
 Operations are counted at the store's interface: one :meth:`~TieredFileStore.write`,
-:meth:`~TieredFileStore.append` or :meth:`~TieredFileStore.read` call is one operation,
-whatever its size (bytes are counted separately). Copies made when a file moves to HDD
+:meth:`~TieredFileStore.append`, :meth:`~TieredFileStore.read` or
+:meth:`~TieredFileStore.read_range` call is one operation, whatever its size (bytes are counted separately). Copies made when a file moves to HDD
 are not counted: they are the store's work, not the application's.
 """
 
@@ -493,6 +493,37 @@ class TieredFileStore:
             raise TierIOError(errno.EIO, f"short read of {path}: {got} of {size} bytes")
         self.record_read(handle, size)
         return buf
+
+    def read_range(self, handle: TempFile, offset: int, nbytes: int) -> bytes:
+        """Read ``nbytes`` bytes from byte ``offset`` (sealing the file first); one read
+        operation, as a reader of records or batches would do.
+
+        Raises
+        ------
+        ValueError
+            If the range is negative or runs past the end of the file.
+        """
+        if offset < 0 or nbytes < 0:
+            raise ValueError(f"offset={offset} and nbytes={nbytes} must be >= 0")
+        path = self.seal(handle)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                size = os.fstat(fd).st_size
+                if offset + nbytes > size:
+                    raise ValueError(
+                        f"range [{offset}, {offset + nbytes}) runs past the end of "
+                        f"{handle.name!r} ({size} bytes)"
+                    )
+                data = os.pread(fd, nbytes, offset)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise TierIOError(exc.errno, f"reading {path} failed: {exc.strerror}") from exc
+        if len(data) != nbytes:
+            raise TierIOError(errno.EIO, f"short read of {path}: {len(data)} of {nbytes} bytes")
+        self.record_read(handle, nbytes)
+        return data
 
     def read_path(self, handle: TempFile) -> Path:
         """Seal the file and return its path for a caller that reads it itself

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import dask
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -16,13 +17,18 @@ from placement.workloads import (
     SIZES,
     WORKLOADS,
     CollectOptions,
+    SAMPLE,
     FramePart,
+    ImagePart,
+    Plan,
     WorkloadError,
     WorkloadSpec,
     collect,
     dask_settings,
+    augment_images,
     graph_facts,
     make_frame,
+    make_images,
 )
 
 
@@ -41,6 +47,10 @@ def test_options_are_validated() -> None:
         CollectOptions(memory_limit="lots")
     with pytest.raises(WorkloadError, match="tier"):
         CollectOptions(tier="tape")  # type: ignore[arg-type]
+    with pytest.raises(WorkloadError, match="either queries or drive"):
+        Plan(None, 1, 1)
+    with pytest.raises(WorkloadError, match="either queries or drive"):
+        Plan(lambda _: [], 1, 1, drive=lambda client: None)
     runs = CollectOptions(pipelines=["merge", "bag_groupby"], sizes=["small"], seeds=[0, 1]).runs()
     assert runs == [
         ("merge", "small", 0),
@@ -56,6 +66,25 @@ def test_generated_inputs_are_deterministic_per_seed() -> None:
     c = make_frame(FramePart(2, 3, 1000, 50, skewed=True))
     assert a.equals(b) and not a.equals(c)
     assert a["k"].between(0, 49).all()
+
+
+def test_augmentation_is_a_flipped_or_plain_crop_scaled_to_one() -> None:
+    images, labels = make_images(ImagePart(0, 1, 32))
+    assert images.shape == (32, 28, 28) and images.dtype == np.uint8
+    out = augment_images((images, labels), seed=3)
+    assert out.dtype == SAMPLE and (out["y"] == labels).all()
+    assert 0 <= out["x"].min() and out["x"].max() <= 1
+    padded = np.pad(images, ((0, 0), (2, 2), (2, 2)), mode="reflect")
+    flipped = 0
+    for i in range(len(out)):
+        x = np.rint(out["x"][i].reshape(28, 28) * 255).astype(np.uint8)
+        crops = [padded[i, dy : dy + 28, dx : dx + 28] for dy in range(5) for dx in range(5)]
+        plain = any(np.array_equal(c, x) for c in crops)
+        mirrored = any(np.array_equal(c[:, ::-1], x) for c in crops)
+        assert plain or mirrored, i
+        flipped += mirrored and not plain
+    assert 0 < flipped < len(out)
+    assert not np.array_equal(out["x"], augment_images((images, labels), seed=4)["x"])
 
 
 def test_every_workload_builds_and_merge_has_two_named_shuffles() -> None:
@@ -108,6 +137,39 @@ def test_collect_writes_genuine_logs_and_a_summary(tmp_path: Path) -> None:
     spread = on_disk["total"]["io_density"]
     assert 0 < spread["min"] <= spread["median"] <= spread["max"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["io_log.parquet", "summary.json"]
+
+
+@pytest.mark.timeout(300)
+def test_cache_pipelines_write_shards_that_are_read_many_times(tmp_path: Path) -> None:
+    options = CollectOptions(
+        pipelines=["augment_cache", "feature_cache"], sizes=["small"], seeds=[0]
+    )
+    summary = collect(tmp_path, options, progress=False)
+    assert summary["failed_runs"] == []
+    frame = conform(pq.read_table(tmp_path / "io_log.parquet")).to_pandas()
+    shards = frame[frame["file_kind"] == "cache_shard"]
+    assert (shards["write_ops"] == 1).all() and (shards["operator"] == "cache").all()
+    assert (shards["expected_size_bytes"] == shards["size_bytes"]).all()
+    small = SIZES["small"]
+    assert (shards["n_partitions_out"] == small.partitions).all()
+
+    # seed 0 reuses each generation of augmented shards for 2 of 6 epochs: 3 generations,
+    # and every epoch reads each shard once, one operation per batch of 128 samples
+    images = shards[shards["pipeline"] == "augment_cache"]
+    per_shard = small.records // 16
+    assert set(images["stage"]) == {"augmented-shard"} and len(images) == 3 * small.partitions
+    assert (images["read_ops"] == 2 * -(-per_shard // 128)).all()
+    assert (images["read_bytes"] == 2 * images["size_bytes"]).all()
+
+    # k-means reads every feature shard in 16384-row chunks once per iteration (the
+    # first shard also gives the initial centroids, one more read)
+    features = shards[shards["pipeline"] == "feature_cache"]
+    assert set(features["stage"]) == {"feature-shard"} and len(features) == small.partitions
+    chunks = -(-small.rows // 16_384)
+    passes = features["read_ops"] - (features["read_ops"] % chunks)
+    assert passes.nunique() == 1 and 1 <= passes.iloc[0] // chunks <= 12
+    assert sorted(features["read_ops"] % chunks) == [0] * (small.partitions - 1) + [1]
+    assert (frame[frame["file_kind"] == "spill"]["pipeline"].isin(options.pipelines)).all()
 
 
 def test_cli_lists_workloads_and_rejects_bad_options() -> None:
