@@ -6,9 +6,9 @@ bag foldby and groupby, a persisted frame reused by several queries, and two cac
 shards read many times: augmented images for several training epochs, features for
 k-means iterations). :func:`collect` runs them at several sizes and seeds on a
 multi-process ``LocalCluster`` whose workers have little managed memory, so they spill,
-and use P2P shuffle and rechunk, so they write shuffle files. Every temporary file goes through the worker-side storage
-(:mod:`placement.storage`), which counts its I/O and writes one log row per file when
-it is deleted. Nothing about the files is drawn from a chosen distribution: sizes,
+and use P2P shuffle and rechunk, so they write shuffle files. Every temporary file goes
+through the worker-side storage (:mod:`placement.storage`), which counts its I/O and
+writes one log row per file when it is deleted. Nothing about the files is drawn from a chosen distribution: sizes,
 operation counts and lifetimes are what the runs did.
 
 Before each run the driver computes the optimized task graph and tells the workers
@@ -469,19 +469,22 @@ def train_shard(ref: Any, weights: np.ndarray, batch_size: int, seed: int) -> np
     return w
 
 
-def _drop_shards(client: Any, refs: Sequence[Any]) -> None:
+def _pinned(client: Any, fn: Callable[..., Any], ref: Any, *args: Any) -> Any:
+    """Submit ``fn(ref, *args)`` to the worker that holds shard ``ref``, and only there."""
+    return client.submit(fn, ref, *args, workers=[ref.worker], allow_other_workers=False, pure=False)
+
+
+def _drop_shards(client: Any, refs: Sequence[Any], *, cleanup: bool = False) -> None:
+    """Drop the shards ``refs`` on their workers. ``cleanup=True`` (after a failed run)
+    logs a failure instead of raising it, so the run's own error is the one reported."""
     from placement.storage.shards import drop_shard
 
-    client.gather(
-        [
-            client.submit(drop_shard, r, workers=[r.worker], allow_other_workers=False, pure=False)
-            for r in refs
-        ]
-    )
-
-
-def _pinned(client: Any, fn: Callable[..., Any], ref: Any, *args: Any) -> Any:
-    return client.submit(fn, ref, *args, workers=[ref.worker], allow_other_workers=False, pure=False)
+    try:
+        client.gather([_pinned(client, drop_shard, r) for r in refs])
+    except Exception:
+        if not cleanup:
+            raise
+        logger.warning("dropping %d cache shard(s) after a failed run failed", len(refs))
 
 
 def _plan_augment_cache(spec: WorkloadSpec) -> Plan:
@@ -506,20 +509,24 @@ def _plan_augment_cache(spec: WorkloadSpec) -> Plan:
         raw = client.map(make_images, parts, pure=False)
         weights = np.zeros((IMAGE_SIDE * IMAGE_SIDE + 1, N_CLASSES))
         refs: list[Any] = []
-        for epoch in range(epochs):
-            if epoch % reuse == 0:
-                if refs:
-                    _drop_shards(client, refs)
-                names = [f"aug-{token}-e{epoch}-{i}" for i in range(n)]
-                seeds = [spec.seed * 1_000_003 + epoch * n + i for i in range(n)]
-                refs = client.gather(
-                    client.map(augment_shard, raw, names, seeds, n_shards=n, pure=False)
-                )
-            futures = [
-                _pinned(client, train_shard, r, weights, batch_size, epoch * n + i)
-                for i, r in enumerate(refs)
-            ]
-            weights = np.mean(client.gather(futures), axis=0)
+        try:
+            for epoch in range(epochs):
+                if epoch % reuse == 0:
+                    if refs:
+                        _drop_shards(client, refs)
+                    names = [f"aug-{token}-e{epoch}-{i}" for i in range(n)]
+                    seeds = [spec.seed * 1_000_003 + epoch * n + i for i in range(n)]
+                    refs = client.gather(
+                        client.map(augment_shard, raw, names, seeds, n_shards=n, pure=False)
+                    )
+                futures = [
+                    _pinned(client, train_shard, r, weights, batch_size, epoch * n + i)
+                    for i, r in enumerate(refs)
+                ]
+                weights = np.mean(client.gather(futures), axis=0)
+        except BaseException:
+            _drop_shards(client, refs, cleanup=True)
+            raise
         _drop_shards(client, refs)
 
     stage_tasks = {
@@ -530,10 +537,6 @@ def _plan_augment_cache(spec: WorkloadSpec) -> Plan:
     }
     nbytes = n * per * (IMAGE_SIDE * IMAGE_SIDE + 8)
     return Plan(None, nbytes, n, drive=drive, stage_tasks=stage_tasks)
-
-
-#: Columns of the feature matrix cached by ``feature_cache`` (float32 each).
-N_FEATURES = 8
 
 
 def feature_shard(frame: pd.DataFrame, name: str, n_keys: int, n_shards: int) -> Any:
@@ -592,25 +595,31 @@ def _plan_feature_cache(spec: WorkloadSpec) -> Plan:
             client.map(feature_shard, frames, names, n_keys=spec.n_keys, n_shards=n, pure=False)
         )
         del frames
-        centroids = _pinned(client, shard_head, refs[0], k).result().astype(np.float64)
-        for _ in range(max_iter):
-            partials = client.gather(
-                [_pinned(client, kmeans_partial, r, centroids, chunk_rows) for r in refs]
-            )
-            sums = sum(p[0] for p in partials)
-            counts = sum(p[1] for p in partials)
-            moved = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], centroids)
-            shift = float(np.abs(moved - centroids).max())
-            centroids = moved
-            if shift < tol:
-                break
+        try:
+            centroids = _pinned(client, shard_head, refs[0], k).result().astype(np.float64)
+            for _ in range(max_iter):
+                partials = client.gather(
+                    [_pinned(client, kmeans_partial, r, centroids, chunk_rows) for r in refs]
+                )
+                sums = sum(p[0] for p in partials)
+                counts = sum(p[1] for p in partials)
+                moved = np.where(
+                    counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], centroids
+                )
+                shift = float(np.abs(moved - centroids).max())
+                centroids = moved
+                if shift < tol:
+                    break
+        except BaseException:
+            _drop_shards(client, refs, cleanup=True)
+            raise
         _drop_shards(client, refs)
 
     stage_tasks = {
         "make_frame": n,
         "feature_shard": n,
         "shard_head": 1,
-        "kmeans_partial": n * max_iter,
+        "kmeans_partial": n * max_iter,  # at most: the iterations stop once settled
         "drop_shard": n,
     }
     nbytes = n * spec.size.rows * 32

@@ -184,3 +184,23 @@ def test_cli_lists_workloads_and_rejects_bad_options() -> None:
     assert missing.exit_code == 2 and "OUT_DIR" in missing.output
     helped = runner.invoke(placement_group, ["--help"])
     assert helped.exit_code == 0 and "collect" in helped.output
+
+
+def test_dropping_shards_after_a_failed_run_does_not_hide_the_run_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from placement.storage import ShardRef
+    from placement.workloads import _drop_shards
+
+    class WorkerGone:  # injected fault: the shards' worker has died
+        def submit(self, *args: object, **kwargs: object) -> object:
+            return object()
+
+        def gather(self, futures: object) -> None:
+            raise OSError("worker tcp://w:1 is gone")
+
+    ref = ShardRef("s", "tcp://w:1", np.dtype("f4"), (), 1, 4)
+    with pytest.raises(OSError, match="is gone"):
+        _drop_shards(WorkerGone(), [ref])
+    _drop_shards(WorkerGone(), [ref], cleanup=True)
+    assert "dropping 1 cache shard(s) after a failed run failed" in caplog.text
