@@ -118,6 +118,13 @@ def dask_order_position(priority: Any) -> int | None:
         return None
 
 
+def _operator_of(ctx: RunContext | None, stage: str) -> str | None:
+    """The operator kind of ``stage``: the run's override for the stage, else the run's."""
+    if ctx is None:
+        return None
+    return ctx.stage_operators.get(stage, ctx.operator)
+
+
 class RequestBuilder:
     """Builds :class:`FileRequest` objects from the run context and the worker's state.
 
@@ -214,14 +221,11 @@ class RequestBuilder:
         """Facts of the spill file of task ``key`` (``expected_size_bytes``: its pickled size)."""
         ctx = get_run_context()
         stage = key_split(key) or "unknown"
-        operator = None
-        if ctx is not None:
-            operator = ctx.stage_operators.get(stage, ctx.operator)
         reuse_distance, n_dependents = self.reuse_of(key)
         return FileRequest(
             file_kind=FileKind.SPILL,
             stage=stage,
-            operator=operator,
+            operator=_operator_of(ctx, stage),
             expected_size_bytes=expected_size_bytes,
             n_partitions_in=ctx.n_partitions_in if ctx else None,
             n_partitions_out=ctx.stage_tasks.get(stage) if ctx else None,
@@ -245,13 +249,10 @@ class RequestBuilder:
         created) and ``n_shards`` the shards the cache will hold (``n_partitions_out``).
         """
         ctx = get_run_context()
-        operator = "cache"
-        if ctx is not None:
-            operator = ctx.stage_operators.get(stage, ctx.operator or operator)
         return FileRequest(
             file_kind=FileKind.CACHE_SHARD,
             stage=stage,
-            operator=operator,
+            operator=_operator_of(ctx, stage) or "cache",
             expected_size_bytes=expected_size_bytes,
             n_partitions_in=ctx.n_partitions_in if ctx else None,
             n_partitions_out=n_shards,
@@ -265,9 +266,6 @@ class RequestBuilder:
         kind = FileKind(kind)
         default_stage = "p2p-rechunk" if kind is FileKind.RECHUNK else "p2p-shuffle"
         stage = ctx.shuffle_stages.get(shuffle_id, default_stage) if ctx else default_stage
-        operator = None
-        if ctx is not None:
-            operator = ctx.stage_operators.get(stage, ctx.operator)
         n_in = ctx.shuffle_inputs.get(shuffle_id) if ctx else None
         expected = None
         if ctx is not None and ctx.input_bytes and n_partitions_out:
@@ -275,7 +273,8 @@ class RequestBuilder:
         return FileRequest(
             file_kind=kind,
             stage=stage,
-            operator=operator or ("rechunk" if kind is FileKind.RECHUNK else "shuffle"),
+            operator=_operator_of(ctx, stage)
+            or ("rechunk" if kind is FileKind.RECHUNK else "shuffle"),
             expected_size_bytes=expected,
             n_partitions_in=n_in,
             n_partitions_out=n_partitions_out,
