@@ -8,8 +8,8 @@ k-means iterations). :func:`collect` runs them at several sizes and seeds on a
 multi-process ``LocalCluster`` whose workers have little managed memory, so they spill,
 and use P2P shuffle and rechunk, so they write shuffle files. Every temporary file goes
 through the worker-side storage (:mod:`placement.storage`), which counts its I/O and
-writes one log row per file when it is deleted. Nothing about the files is drawn from a chosen distribution: sizes,
-operation counts and lifetimes are what the runs did.
+writes one log row per file when it is deleted. Nothing about the files is drawn from a
+chosen distribution: sizes, operation counts and lifetimes are what the runs did.
 
 Before each run the driver computes the optimized task graph and tells the workers
 (:class:`~placement.storage.RunContext`) the pipeline, run id, input bytes, input
@@ -22,6 +22,7 @@ Output of :func:`collect`: ``<out_dir>/io_log.parquet`` (every row, log schema) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -31,7 +32,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -474,6 +475,19 @@ def _pinned(client: Any, fn: Callable[..., Any], ref: Any, *args: Any) -> Any:
     return client.submit(fn, ref, *args, workers=[ref.worker], allow_other_workers=False, pure=False)
 
 
+@contextlib.contextmanager
+def _live_shards(client: Any) -> Iterator[list[Any]]:
+    """A list for the refs of a driver's live shards, dropped when the block ends (after a
+    failure too, without hiding its error)."""
+    refs: list[Any] = []
+    try:
+        yield refs
+    except BaseException:
+        _drop_shards(client, refs, cleanup=True)
+        raise
+    _drop_shards(client, refs)
+
+
 def _drop_shards(client: Any, refs: Sequence[Any], *, cleanup: bool = False) -> None:
     """Drop the shards ``refs`` on their workers. ``cleanup=True`` (after a failed run)
     logs a failure instead of raising it, so the run's own error is the one reported."""
@@ -508,15 +522,13 @@ def _plan_augment_cache(spec: WorkloadSpec) -> Plan:
         token = uuid.uuid4().hex[:6]
         raw = client.map(make_images, parts, pure=False)
         weights = np.zeros((IMAGE_SIDE * IMAGE_SIDE + 1, N_CLASSES))
-        refs: list[Any] = []
-        try:
+        with _live_shards(client) as refs:
             for epoch in range(epochs):
                 if epoch % reuse == 0:
-                    if refs:
-                        _drop_shards(client, refs)
+                    _drop_shards(client, refs)
                     names = [f"aug-{token}-e{epoch}-{i}" for i in range(n)]
                     seeds = [spec.seed * 1_000_003 + epoch * n + i for i in range(n)]
-                    refs = client.gather(
+                    refs[:] = client.gather(
                         client.map(augment_shard, raw, names, seeds, n_shards=n, pure=False)
                     )
                 futures = [
@@ -524,10 +536,6 @@ def _plan_augment_cache(spec: WorkloadSpec) -> Plan:
                     for i, r in enumerate(refs)
                 ]
                 weights = np.mean(client.gather(futures), axis=0)
-        except BaseException:
-            _drop_shards(client, refs, cleanup=True)
-            raise
-        _drop_shards(client, refs)
 
     stage_tasks = {
         "make_images": n,
@@ -591,11 +599,13 @@ def _plan_feature_cache(spec: WorkloadSpec) -> Plan:
         token = uuid.uuid4().hex[:6]
         frames = client.map(make_frame, parts, pure=False)
         names = [f"feat-{token}-{i}" for i in range(n)]
-        refs = client.gather(
-            client.map(feature_shard, frames, names, n_keys=spec.n_keys, n_shards=n, pure=False)
-        )
-        del frames
-        try:
+        with _live_shards(client) as refs:
+            refs[:] = client.gather(
+                client.map(
+                    feature_shard, frames, names, n_keys=spec.n_keys, n_shards=n, pure=False
+                )
+            )
+            del frames
             centroids = _pinned(client, shard_head, refs[0], k).result().astype(np.float64)
             for _ in range(max_iter):
                 partials = client.gather(
@@ -610,10 +620,6 @@ def _plan_feature_cache(spec: WorkloadSpec) -> Plan:
                 centroids = moved
                 if shift < tol:
                     break
-        except BaseException:
-            _drop_shards(client, refs, cleanup=True)
-            raise
-        _drop_shards(client, refs)
 
     stage_tasks = {
         "make_frame": n,

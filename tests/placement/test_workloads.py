@@ -190,7 +190,7 @@ def test_dropping_shards_after_a_failed_run_does_not_hide_the_run_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from placement.storage import ShardRef
-    from placement.workloads import _drop_shards
+    from placement.workloads import _drop_shards, _live_shards
 
     class WorkerGone:  # injected fault: the shards' worker has died
         def submit(self, *args: object, **kwargs: object) -> object:
@@ -203,4 +203,10 @@ def test_dropping_shards_after_a_failed_run_does_not_hide_the_run_error(
     with pytest.raises(OSError, match="is gone"):
         _drop_shards(WorkerGone(), [ref])
     _drop_shards(WorkerGone(), [ref], cleanup=True)
+    assert "dropping 1 cache shard(s) after a failed run failed" in caplog.text
+    caplog.clear()
+    with pytest.raises(ValueError, match="the run's own error"):
+        with _live_shards(WorkerGone()) as refs:
+            refs.append(ref)
+            raise ValueError("the run's own error")
     assert "dropping 1 cache shard(s) after a failed run failed" in caplog.text
