@@ -13,6 +13,8 @@ Prints, for the pipeline split (grouped k-fold over pipelines) and the time spli
   the test rows' peak live bytes, the LightGBM policy's share of the oracle's savings
   and its ratio to the best heuristic (goals at 5%: >= 85% and >= 1.5x);
 * Spearman rank correlation of predicted against true density on the test rows;
+* each file kind's share of the files and of the all-HDD cost (cache shards also per
+  pipeline);
 * how far each file kind's final size strays from the size expected at its creation
   (what a policy is told; :func:`placement.features.size_estimate`);
 * with ``--seeds``, the LightGBM policy's share of the oracle at 5% for each model seed,
@@ -129,6 +131,29 @@ def size_growth(df: pd.DataFrame) -> list[list[str]]:
         p10, p50, p90 = np.quantile(r.to_numpy(np.float64), [0.1, 0.5, 0.9])
         rows.append([str(kind), str(len(r)), f"{p10:.3f}x", f"{p50:.3f}x", f"{p90:.3f}x"])
     rows.append(["(no expected size)", str(int((~known).sum())), "", "", ""])
+    return rows
+
+
+def cost_shares(df: pd.DataFrame) -> list[list[str]]:
+    """Per file kind, and per (file kind, pipeline) among cache shards: share of the files
+    and of the all-HDD cost (default :class:`CostModel`)."""
+    _, hdd = Trace.from_clean(df).costs(CostModel())
+    frame = pd.DataFrame(
+        {
+            "kind": df["file_kind"].astype(str).to_numpy(),
+            "pipe": df["pipeline"].astype(str).to_numpy(),
+            "hdd": hdd,
+        }
+    )
+    total, n = float(hdd.sum()), len(frame)
+
+    def row(label: str, part: pd.DataFrame) -> list[str]:
+        files = f"{100 * len(part) / n:.1f}%"
+        return [label, str(len(part)), files, f"{100 * part['hdd'].sum() / total:.1f}%"]
+
+    rows = [row(str(kind), part) for kind, part in frame.groupby("kind")]
+    shards = frame[frame["kind"] == "cache_shard"]
+    rows += [row(f"cache_shard / {pipe}", part) for pipe, part in shards.groupby("pipe")]
     return rows
 
 
@@ -278,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     growth = size_growth(df)
     print(format_table(["file kind", "files", "p10", "p50", "p90"], growth))
     payload["size_growth"] = growth
+    print("\n== share of the files and of the all-HDD cost, per file kind")
+    shares = cost_shares(df)
+    print(format_table(["file kind", "files", "of files", "of all-HDD cost"], shares))
+    payload["cost_shares"] = shares
     results = {}
     for split in ("pipeline", "time"):
         t0 = time.perf_counter()
