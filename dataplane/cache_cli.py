@@ -282,8 +282,7 @@ def _fill(
 
     from tqdm import tqdm
 
-    # The loader's own cache side (this package's): its filler's counts and errors.
-    cache = loader._cache
+    cache = loader.cache_side  # its filler's counts and errors
     store = loader.cache_store
     if cache is None or store is None:
         reason = (cache.disabled if cache is not None else None) or "it cannot be opened"

@@ -293,6 +293,13 @@ class Loader:
         return self._cache_stats
 
     @property
+    def cache_side(self) -> LoaderCache | None:
+        """The loader's cache side (:class:`~dataplane.cached_producer.LoaderCache`:
+        store, filler, buffers); ``None`` without ``cache=``. Tools that fill a cache
+        ahead of training (``dataplane cache build``) read its filler's counts."""
+        return self._cache
+
+    @property
     def cache_store(self) -> Any:
         """The :class:`cache.CacheStore` behind ``cache=`` (None without one, or when
         it could not be opened)."""

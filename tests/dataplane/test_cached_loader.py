@@ -126,6 +126,9 @@ def test_epoch_serves_variant_epoch_mod_variants_with_the_filled_pixels(
     out = np.empty((SMALL, 1, 28, 28), np.uint8)
     assert store.get_batch(np.arange(SMALL), 0, out).all()
     assert {i: pixel_key(out[i]) for i in range(SMALL)} == seen[0]
+    # The public cache side is the one serving these passes, over the same store.
+    side = loader.cache_side
+    assert side is not None and side.enabled and side.store is store
     loader.close()
 
 
@@ -407,6 +410,9 @@ def test_unusable_cache_path_warns_and_serves_fresh(train_dir: Path, tmp_path: P
     with pytest.warns(CacheWarning, match="is not a directory; choose another path"):
         loader = cached_loader(train_dir, not_a_dir, variants=1)
     assert loader.cache_stats is None
+    side = loader.cache_side  # kept, with the reason it is not used
+    assert side is not None and not side.enabled and side.store is None
+    assert "not a directory" in (side.disabled or "")
     assert sum(len(x) for x, _ in loader) == SMALL
     assert loader.last_epoch_stats.cache is None  # type: ignore[union-attr]
 
