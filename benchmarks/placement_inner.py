@@ -93,6 +93,7 @@ def inner_scores(
                     budgets=(0.05,),
                     params=ModelParams(seed=seed),
                     policy_options={"occupancy_basis": basis, **(options or {})},
+                    upper_bound=False,
                 ),
             )
             oracle = r.goals["5%"]["oracle"]

@@ -31,6 +31,10 @@ Protocol
    of the oracle's savings and its ratio to the best heuristic, Spearman rank
    correlation of predicted against true density on the test rows, and (with
    ``measure=True``) the model's decision latency, file size and memory.
+6. With ``upper_bound`` (the default), the most *any* placement of the test rows could
+   save at each budget (:mod:`placement.bound`): the oracle is a greedy packing, so
+   this bound, not the oracle, is what says whether a goal is out of every policy's
+   reach.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from placement.bound import savings_upper_bound
 from placement.cost import DEFAULT_BUDGETS, CostModel
 from placement.errors import PlacementError
 from placement.features import (
@@ -74,6 +79,7 @@ from placement.simulator import (
 __all__ = [
     "DEFAULT_BUDGETS",
     "HEURISTICS",
+    "UPPER_BOUND",
     "EvaluationConfig",
     "EvaluationResult",
     "Split",
@@ -86,6 +92,8 @@ __all__ = [
 
 #: Policies counted as heuristics when comparing against the learned policy.
 HEURISTICS: tuple[str, ...] = ("first-fit", "small-files-first", "stage-history")
+#: Row name of the savings bound in tables and plots (not a policy: no placement reaches it).
+UPPER_BOUND = "upper-bound (LP)"
 
 
 class EvaluationError(PlacementError, ValueError):
@@ -130,6 +138,10 @@ class EvaluationConfig:
         true density) the break-even test of :mod:`placement.policy` under
         ``cost_model``, with each file's expected lifetime from
         :func:`stage_history_lifetime` (default ``True``).
+    upper_bound : bool
+        Also bound from above what any placement of the test rows could save at each
+        budget (:func:`placement.bound.savings_upper_bound`, a linear program: a few
+        seconds per budget on 40k files; default ``True``).
     """
 
     split: Split = Split.PIPELINE
@@ -141,6 +153,7 @@ class EvaluationConfig:
     cost_model: CostModel = dataclasses.field(default_factory=CostModel)
     policy_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     break_even: bool = True
+    upper_bound: bool = True
 
     def __post_init__(self) -> None:
         try:
@@ -159,8 +172,9 @@ class EvaluationConfig:
             raise EvaluationError(f"folds={self.folds!r} must be an int >= 2")
         if not 0 < self.test_fraction < 1:
             raise EvaluationError(f"test_fraction={self.test_fraction!r} must be in (0, 1)")
-        if not isinstance(self.break_even, bool):
-            raise EvaluationError(f"break_even={self.break_even!r} must be True or False")
+        for name in ("break_even", "upper_bound"):
+            if not isinstance(getattr(self, name), bool):
+                raise EvaluationError(f"{name}={getattr(self, name)!r} must be True or False")
         if {"cost_model", "expected_lifetime"} & set(self.policy_options):
             raise EvaluationError(
                 "policy_options may not hold cost_model or expected_lifetime: the "
@@ -183,6 +197,9 @@ class EvaluationResult:
     goals: dict[str, Any]
     feature_importances: dict[str, float]
     decisions: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: budget label -> the most any placement could save, as a share of the all-HDD TCO
+    #: (:func:`placement.bound.savings_upper_bound`; empty without ``upper_bound``)
+    upper_bound: dict[str, float] = dataclasses.field(default_factory=dict)
     wall_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,7 +211,8 @@ class EvaluationResult:
         head = ["policy"] + [f"{b} SSD" for b in labels]
         rows = [
             [name] + [f"{100 * v:6.2f}%" for v in per.values()]
-            for name, per in self.savings.items()
+            for name, per in {**self.savings, UPPER_BOUND: self.upper_bound}.items()
+            if per
         ]
         widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
         lines = [
@@ -217,8 +235,9 @@ class EvaluationResult:
         budgets = [float(b) for b in self.config["budgets"]]
         fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
         styles = {"oracle": "k--", "lightgbm": "C3-o", "lightgbm-per-workload": "C4-s"}
-        for name, per in self.savings.items():
-            if name == "all-hdd":
+        styles[UPPER_BOUND] = "k:"
+        for name, per in {**self.savings, UPPER_BOUND: self.upper_bound}.items():
+            if name == "all-hdd" or not per:
                 continue
             ax.plot(
                 [100 * b for b in budgets],
@@ -425,8 +444,12 @@ def evaluate(
         from tqdm import tqdm
 
         bar = tqdm(total=len(policies) * len(config.budgets), desc="evaluate", unit="replay")
+    bounds: dict[str, float] = {}
     for b in config.budgets:
         cap = int(b * peak)
+        if config.upper_bound:
+            bound = savings_upper_bound(trace, cap, config.cost_model)
+            bounds[_budget_label(b)] = bound.savings_fraction
         for name, make, p in policies:
             sim: SimulationResult = simulate(
                 trace, make(cap), config.cost_model, cap, predictions=p
@@ -441,7 +464,7 @@ def evaluate(
     if bar is not None:
         bar.close()
 
-    goals = _goals(savings, config.budgets)
+    goals = _goals(savings, config.budgets, bounds)
     result = EvaluationResult(
         config={
             "split": config.split.value,
@@ -452,6 +475,7 @@ def evaluate(
             "cost_model": config.cost_model.to_dict(),
             "policy_options": dict(config.policy_options),
             "break_even": config.break_even,
+            "upper_bound": config.upper_bound,
         },
         rows={
             "total": issues.total_rows,
@@ -470,6 +494,7 @@ def evaluate(
         spearman=spearman,
         goals=goals,
         feature_importances=dict(sorted(importances.items(), key=lambda kv: -kv[1])),
+        upper_bound=bounds,
     )
     if measure and model_for_measure is not None:
         say("measuring decision latency, model size and memory")
@@ -478,8 +503,13 @@ def evaluate(
     return result
 
 
-def _goals(savings: dict[str, dict[str, float]], budgets: Sequence[float]) -> dict[str, Any]:
-    """LightGBM's share of the oracle's savings and its ratio to the best heuristic, per budget."""
+def _goals(
+    savings: dict[str, dict[str, float]],
+    budgets: Sequence[float],
+    bounds: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """LightGBM's share of the oracle's savings and its ratio to the best heuristic, per
+    budget; with ``bounds``, also the most any placement could save against that heuristic."""
     out: dict[str, Any] = {}
     for b in budgets:
         label = _budget_label(b)
@@ -494,7 +524,13 @@ def _goals(savings: dict[str, dict[str, float]], budgets: Sequence[float]) -> di
             "best_heuristic": best_name,
             "best_heuristic_savings": best,
             "ratio_to_best_heuristic": lgbm / best if best > 0 else math.inf,
+            "oracle_ratio_to_best_heuristic": oracle / best if best > 0 else math.inf,
         }
+        if bounds and label in bounds:
+            out[label]["upper_bound"] = bounds[label]
+            out[label]["upper_bound_ratio_to_best_heuristic"] = (
+                bounds[label] / best if best > 0 else math.inf
+            )
         if "lightgbm-per-workload" in savings:
             pw = savings["lightgbm-per-workload"][label]
             out[label]["per_workload"] = pw

@@ -30,8 +30,9 @@ Policies
     offline greedy for this interval-packing problem: files sorted by true saving per
     byte-second of SSD (under the default cost model, by true density), best first,
     files that would lose money skipped, each admitted if it fits in the SSD at every instant of its life
-    next to those already admitted (a segment tree over time). Greedy by density is
-    optimal for the fractional relaxation; the exact 0/1 optimum is NP-hard.
+    next to those already admitted (a segment tree over time). The exact 0/1 optimum
+    is NP-hard and the greedy can miss it: :func:`placement.bound.savings_upper_bound`
+    bounds what any placement could save from above.
 
 The adaptive threshold
 ----------------------
@@ -159,6 +160,7 @@ __all__ = [
     "SSDLedger",
     "SmallFilesFirstPolicy",
     "StageHistoryPolicy",
+    "check_capacity",
     "oracle_admissions",
 ]
 
@@ -229,7 +231,9 @@ def _log10(value: float) -> float:
     return math.log10(value) if value > 0 else -math.inf
 
 
-def _check_capacity(ssd_capacity_bytes: Any) -> int:
+def check_capacity(ssd_capacity_bytes: Any) -> int:
+    """``ssd_capacity_bytes`` as an int of bytes; ``TypeError``/``ValueError`` naming it if
+    it is not a finite number >= 0 (shared by the ledgers, the oracle and the bound)."""
     if isinstance(ssd_capacity_bytes, bool) or not isinstance(
         ssd_capacity_bytes, (int, float, np.integer, np.floating)
     ):
@@ -245,7 +249,7 @@ class SSDLedger:
     """Bytes held on SSD per file, against a capacity in bytes."""
 
     def __init__(self, capacity_bytes: int) -> None:
-        self.capacity = _check_capacity(capacity_bytes)
+        self.capacity = check_capacity(capacity_bytes)
         self.used = 0
         self._held: dict[Hashable, int] = {}
 
@@ -664,7 +668,7 @@ def oracle_admissions(
     numpy.ndarray of bool
         ``True`` for files admitted.
     """
-    cap = _check_capacity(ssd_capacity_bytes)
+    cap = check_capacity(ssd_capacity_bytes)
     created = np.asarray(created_at, np.float64)
     deleted = np.asarray(deleted_at, np.float64)
     size = np.asarray(size_bytes, np.float64)

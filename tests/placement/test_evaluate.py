@@ -79,17 +79,26 @@ def test_evaluate_reports_every_policy_and_budget(tmp_path: Path, split: str) ->
     assert result.spearman["lightgbm"] > 0.5
     goal = result.goals["5%"]
     assert goal["oracle_capture"] == pytest.approx(goal["lightgbm"] / goal["oracle"])
+    # no policy, the oracle included, saves more than the bound
+    assert set(result.upper_bound) == {"5%", "20%"}
+    for label, bound in result.upper_bound.items():
+        assert max(per[label] for per in result.savings.values()) <= bound + 1e-9
+    assert goal["upper_bound_ratio_to_best_heuristic"] >= goal["oracle_ratio_to_best_heuristic"]
     paths = result.write(tmp_path)
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(paths["json"].read_text())
     assert data["config"]["split"] == split and "5%" in data["goals"]
-    assert "lightgbm" in paths["table"].read_text()
+    assert "lightgbm" in paths["table"].read_text() and "upper-bound" in paths["table"].read_text()
+    assert data["upper_bound"] == result.upper_bound
 
 
 def test_measure_decisions_reports_latency_size_memory() -> None:
     result = evaluate(
-        make_log(seed=7), EvaluationConfig(params=FAST, budgets=(0.05,)), measure=True
+        make_log(seed=7),
+        EvaluationConfig(params=FAST, budgets=(0.05,), upper_bound=False),
+        measure=True,
     )
+    assert result.upper_bound == {} and "upper_bound" not in result.goals["5%"]
     d = result.decisions
     assert d["single_us_p50"] > 0 and d["batched_per_s"] > 0 and d["model_file_bytes"] > 0
     assert d["trees"] == 40
@@ -199,6 +208,7 @@ def test_cli_evaluate_writes_table_png_json(tmp_path: Path, log_dir: Path) -> No
     )
     assert res.exit_code == 0, res.output
     assert "oracle" in res.output and "captures" in res.output
+    assert "no placement saves more than" in res.output
     assert {p.name for p in (tmp_path / "ev").iterdir()} == {
         "placement-eval.json",
         "placement-eval.txt",
@@ -209,6 +219,8 @@ def test_cli_evaluate_writes_table_png_json(tmp_path: Path, log_dir: Path) -> No
 def test_break_even_options_are_validated() -> None:
     with pytest.raises(EvaluationError, match="break_even"):
         EvaluationConfig(break_even="yes")  # type: ignore[arg-type]
+    with pytest.raises(EvaluationError, match="upper_bound"):
+        EvaluationConfig(upper_bound=1)  # type: ignore[arg-type]
     with pytest.raises(EvaluationError, match="cost_model"):
         EvaluationConfig(policy_options={"cost_model": None})
 

@@ -1,0 +1,136 @@
+"""The savings bound: above every placement the replay can make, exact where it can be."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from placement.bound import BoundError, savings_upper_bound
+from placement.errors import PlacementError
+from placement.cost import CostModel
+from placement.features import RowIssues
+from placement.policy import FirstFitPolicy
+from placement.simulator import Trace, peak_live_bytes, simulate
+
+MB = 1_000_000
+
+
+def _trace(created, deleted, size, ops) -> Trace:
+    created = np.asarray(created, np.float64)
+    size = np.asarray(size, np.int64)
+    ops = np.asarray(ops, np.float64)
+    return Trace(
+        created=created,
+        deleted=np.asarray(deleted, np.float64),
+        size=size,
+        ops=ops,
+        io_bytes=size.astype(np.float64) * 2,
+        write_bytes=size.astype(np.float64),
+        issues=RowIssues(total_rows=len(created)),
+    )
+
+
+def _best_placement(trace: Trace, cap: int) -> float:
+    """The exact 0/1 optimum by trying every subset (small traces only)."""
+    ssd, hdd = trace.costs(CostModel())
+    gain = hdd - ssd
+    n = len(trace)
+    best = 0.0
+    for chosen in itertools.product((False, True), repeat=n):
+        x = np.array(chosen)
+        live = [
+            trace.size[x & (trace.created <= t) & (trace.deleted > t)].sum()
+            for t in trace.created
+        ]
+        if max(live) <= cap:
+            best = max(best, float(gain[x].sum()))
+    return best
+
+
+def _random_trace(rng: np.random.Generator, n: int) -> Trace:
+    created = rng.uniform(0, 10, n).round(1)
+    return _trace(
+        created,
+        created + rng.uniform(0.5, 5, n).round(1),
+        rng.integers(1, 60, n) * MB,
+        rng.integers(1, 5_000, n),
+    )
+
+
+def test_the_greedy_oracle_can_miss_the_optimum_and_the_bound_covers_it() -> None:
+    # A is the densest, but once it is on SSD neither B nor C fits; B and C together save more
+    trace = _trace([0, 0, 0], [10, 10, 10], [60 * MB, 50 * MB, 50 * MB], [60_000, 45_000, 45_000])
+    cap = 100 * MB
+    ssd, hdd = trace.costs(CostModel())
+    gain = hdd - ssd
+    assert (gain > 0).all() and gain[1] + gain[2] > gain[0]
+    oracle = simulate(trace, trace.oracle(cap), CostModel(), cap, keep_tiers=True)
+    assert oracle.tiers.tolist() == [1, 0, 0]
+    best = _best_placement(trace, cap)
+    assert best == pytest.approx(gain[1] + gain[2])
+    bound = savings_upper_bound(trace, cap)
+    assert oracle.savings_usd < best <= bound.savings_usd * (1 + 1e-9)
+    assert bound.all_hdd_tco_usd == pytest.approx(hdd.sum())
+
+
+def test_the_bound_is_the_fractional_optimum() -> None:
+    # two files of 0.6 of the budget, alive together, equal gains: x1 + x2 <= 1 / 0.6
+    trace = _trace([0, 0], [10, 10], [60 * MB, 60 * MB], [50_000, 50_000])
+    ssd, hdd = trace.costs(CostModel())
+    gain = (hdd - ssd)[0]
+    bound = savings_upper_bound(trace, 100 * MB)
+    assert bound.savings_usd == pytest.approx(gain / 0.6, rel=1e-6)
+    assert bound.n_files == 2 and bound.n_times == 2
+
+
+def test_files_apart_in_time_all_fit_and_the_bound_is_their_sum() -> None:
+    trace = _trace([0, 2, 4], [1, 3, 5], [90 * MB, 80 * MB, 70 * MB], [9_000, 8_000, 7_000])
+    ssd, hdd = trace.costs(CostModel())
+    gain = hdd - ssd
+    bound = savings_upper_bound(trace, 100 * MB)
+    assert bound.savings_usd == pytest.approx(gain[gain > 0].sum(), rel=1e-6)
+    full = simulate(trace, FirstFitPolicy(100 * MB), CostModel(), 100 * MB)
+    assert full.savings_usd == pytest.approx(bound.savings_usd, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_no_placement_beats_the_bound(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    trace = _random_trace(rng, 9)
+    cap = int(0.4 * peak_live_bytes(trace))
+    bound = savings_upper_bound(trace, cap)
+    best = _best_placement(trace, cap)
+    oracle = simulate(trace, trace.oracle(cap), CostModel(), cap)
+    first_fit = simulate(trace, FirstFitPolicy(cap), CostModel(), cap)
+    tol = 1e-9 * bound.all_hdd_tco_usd
+    assert max(oracle.savings_usd, first_fit.savings_usd) <= best + tol
+    assert best <= bound.savings_usd + tol
+    ssd, hdd = trace.costs(CostModel())
+    gain = hdd - ssd
+    assert bound.savings_usd <= gain[(gain > 0) & (trace.size <= cap)].sum() + tol
+
+
+def test_budget_edges_and_bad_budgets() -> None:
+    trace = _trace([0, 0], [1, 1], [10 * MB, 500 * MB], [5_000, 5_000])
+    assert savings_upper_bound(trace, 0).savings_usd == 0.0
+    too_big = savings_upper_bound(trace, 100 * MB)
+    assert too_big.n_files == 1  # the 500 MB file can never fit
+    assert too_big.to_dict()["savings_fraction"] == pytest.approx(too_big.savings_fraction)
+    with pytest.raises(ValueError, match="ssd_capacity_bytes"):
+        savings_upper_bound(trace, -1)
+    with pytest.raises(TypeError, match="ssd_capacity_bytes"):
+        savings_upper_bound(trace, "1GB")  # type: ignore[arg-type]
+
+
+def test_a_solver_failure_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import scipy.optimize
+
+    failed = SimpleNamespace(status=4, message="numerical difficulties", fun=0.0)
+    monkeypatch.setattr(scipy.optimize, "linprog", lambda *a, **k: failed)
+    trace = _trace([0, 0], [1, 1], [10 * MB, 20 * MB], [5_000, 5_000])
+    with pytest.raises(BoundError, match="2 files.*numerical difficulties") as info:
+        savings_upper_bound(trace, 100 * MB)
+    assert isinstance(info.value, PlacementError)
