@@ -21,8 +21,9 @@ level after each event time (:func:`_solve`), two matrix entries per file.
 
 Solved with SciPy's HiGHS (``scipy.optimize.linprog``; a well-kept solver rather than
 a hand-written one). On the workload suite's 42,475 files (~85,000 event times) it
-takes 1.5-4.5 s on 2 cores and about 0.3 GB, the runs replayed one or 16 at a time
-alike (``benchmarks/placement.py`` reports it beside every split).
+takes 1.4-4.4 s on 2 cores, the runs replayed one or 16 at a time alike; the process
+that read the log and solved it peaked at 0.45 GB (``benchmarks/placement.py`` reports
+the bound beside every split).
 """
 
 from __future__ import annotations
