@@ -227,8 +227,13 @@ def importances(values: dict[str, float], top: int = 15) -> str:
     return to_data_uri(fig)
 
 
-def savings_curves(budgets: Sequence[float], savings: Mapping[str, Sequence[float]]) -> str:
-    """Savings against all-HDD (share of TCO) per policy, against the SSD budget."""
+def savings_curves(
+    budgets: Sequence[float],
+    savings: Mapping[str, Sequence[float]],
+    upper_bound: Sequence[float] = (),
+) -> str:
+    """Savings against all-HDD (share of TCO) per policy, against the SSD budget, with the
+    most any placement could save (dotted) when ``upper_bound`` is given."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
     styles: dict[str, dict[str, Any]] = {
@@ -245,6 +250,8 @@ def savings_curves(budgets: Sequence[float], savings: Mapping[str, Sequence[floa
             continue
         style = styles.get(name) or {"color": next(others, "#7f7f7f")}
         ax.plot(x, [100 * v for v in values], marker="o", ms=4, label=name, **style)
+    if upper_bound:
+        ax.plot(x, [100 * v for v in upper_bound], ls=":", color="black", label="upper bound (LP)")
     ax.set_xscale("log")
     ax.set_xticks(x)
     ax.set_xticklabels([f"{v:g}%" for v in x])

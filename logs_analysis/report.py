@@ -495,5 +495,5 @@ def _figures(
         )
         figs["importances"] = plots.importances(pred.feature_importances)
     if isinstance(sav, SavingsResult):
-        figs["savings"] = plots.savings_curves(sav.budgets, sav.savings)
+        figs["savings"] = plots.savings_curves(sav.budgets, sav.savings, sav.upper_bound)
     return figs

@@ -12,8 +12,12 @@ policy                        fed
 ``small-files-first``         sizes, under the adaptive threshold
 ``stage-history``             the (pipeline, stage) mean density of earlier runs
 ``lightgbm``                  the out-of-fold LightGBM predictions
-``oracle``                    the true densities and the future (the limit)
+``oracle``                    the true densities and the future (a greedy packing)
 ============================  =====================================================
+
+Beside them, the most any placement of the rows could save at each budget
+(:func:`placement.bound.savings_upper_bound`, a linear-programming relaxation: at or
+above the oracle), so a reader sees how much room any policy has left.
 
 Costs are those of :class:`placement.cost.CostModel` (defaults and sources documented
 there). Replays are Python event loops (a few microseconds per file), so at most
@@ -59,6 +63,8 @@ class SavingsResult:
         TCO of the replayed rows on HDD alone, US dollars.
     cost_model : dict
     wall_s : float
+    upper_bound : list of float
+        The most any placement could save (share of the all-HDD TCO), per budget.
     """
 
     budgets: list[float]
@@ -70,6 +76,7 @@ class SavingsResult:
     all_hdd_tco_usd: float
     cost_model: dict[str, Any]
     wall_s: float = 0.0
+    upper_bound: list[float] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -132,6 +139,7 @@ def savings_curve(
         Called after each replay (progress).
     """
     try:
+        from placement.bound import savings_upper_bound
         from placement.cost import CostModel
         from placement.features import estimated_sizes
         from placement.simulator import Trace, peak_live_bytes, policy_roster, simulate
@@ -157,8 +165,10 @@ def savings_curve(
     io_share: dict[str, list[float]] = {name: [] for name, _, _ in makers}
     sims = []
     all_hdd = math.nan
+    bounds: list[float] = []
     for b in budgets:
         cap = int(b * peak)
+        bounds.append(savings_upper_bound(trace, cap, cost_model).savings_fraction)
         for name, make, p in makers:
             result = simulate(trace, make(cap), cost_model, cap, predictions=p)
             result.policy = name
@@ -180,4 +190,5 @@ def savings_curve(
         all_hdd_tco_usd=float(all_hdd),
         cost_model=cost_model.to_dict(),
         wall_s=time.perf_counter() - start,
+        upper_bound=bounds,
     )

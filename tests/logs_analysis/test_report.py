@@ -62,6 +62,7 @@ def test_json_and_html_show_the_same_numbers(report_files: tuple[Path, Path, str
     assert f"{p50:.2e}" in html
     for name, values in data["savings"]["savings"].items():
         assert f"{100 * values[1]:.1f}%" in html, name
+    assert f"{100 * data['savings']['upper_bound'][1]:.1f}%" in html
 
 
 def test_savings_are_coherent(report_files: tuple[Path, Path, str]) -> None:
@@ -72,6 +73,10 @@ def test_savings_are_coherent(report_files: tuple[Path, Path, str]) -> None:
             assert values[i] <= s["savings"]["oracle"][i] + 1e-9, name
     oracle = s["savings"]["oracle"]
     assert oracle == sorted(oracle) and oracle[-1] > 0
+    # no policy, the oracle included, saves more than the bound at any budget
+    assert len(s["upper_bound"]) == len(s["budgets"])
+    for i, bound in enumerate(s["upper_bound"]):
+        assert max(values[i] for values in s["savings"].values()) <= bound + 1e-9
 
 
 def test_predictability_section(report_files: tuple[Path, Path, str]) -> None:
