@@ -156,6 +156,8 @@ def test_cli_train_reports_bad_inputs_and_saves(tmp_path: Path, log_dir: Path) -
         "all-hdd",
     }
     assert results["all-hdd"]["savings_usd"] == 0.0
+    bound = json.loads(res.output)["upper_bound"]
+    assert max(r["savings_usd"] for r in results.values()) <= bound["savings_usd"] * (1 + 1e-9)
 
 
 def test_cli_missing_or_broken_model_is_a_clear_error(tmp_path: Path, log_dir: Path) -> None:
