@@ -186,6 +186,15 @@ def train_command(
 
 
 # ---------------------------------------------------------------------------- evaluate
+#: ``--bound/--no-bound`` of evaluate and simulate (:mod:`placement.bound`)
+_bound_option = click.option(
+    "--bound/--no-bound",
+    default=True,
+    show_default=True,
+    help="Also bound what any placement could save at each budget (a linear program, seconds).",
+)
+
+
 def _budgets(value: str) -> tuple[float, ...]:
     try:
         return budgets_from_percents(value)
@@ -228,12 +237,7 @@ def _budgets(value: str) -> tuple[float, ...]:
     show_default=True,
     help="Measure decision latency, model size and predictor memory.",
 )
-@click.option(
-    "--bound/--no-bound",
-    default=True,
-    show_default=True,
-    help="Bound what any placement could save at each budget (a linear program, seconds).",
-)
+@_bound_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def evaluate_command(
@@ -371,12 +375,7 @@ POLICY_CHOICES = (
     show_default=True,
     help="Policies to replay (repeatable).",
 )
-@click.option(
-    "--bound/--no-bound",
-    default=True,
-    show_default=True,
-    help="Also bound what any placement could save at the budget (a linear program, seconds).",
-)
+@_bound_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def simulate_command(

@@ -191,6 +191,16 @@ def test_cli_no_usable_rows_and_bad_budget(tmp_path: Path, log_dir: Path) -> Non
     assert res.exit_code == 2 and "--budget" in res.output
 
 
+def test_cli_simulate_without_the_bound(log_dir: Path) -> None:
+    res = CliRunner().invoke(
+        placement_group,
+        ["simulate", str(log_dir), "--policy", "first-fit", "--no-bound", "--json", "--no-progress"],
+    )
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    assert "upper_bound" not in payload and payload["results"][0]["policy"] == "first-fit"
+
+
 def test_cli_evaluate_writes_table_png_json(tmp_path: Path, log_dir: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(
