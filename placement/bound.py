@@ -30,16 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from placement.cost import CostModel
 from placement.errors import PlacementError
 from placement.policy import check_capacity
-
-if TYPE_CHECKING:  # the simulator imports nothing from here; keep the import one-way at run time
-    from placement.simulator import Trace
+from placement.simulator import Trace
 
 __all__ = ["BoundError", "SavingsBound", "savings_upper_bound"]
 
