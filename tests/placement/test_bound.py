@@ -113,6 +113,35 @@ def test_no_placement_beats_the_bound(seed: int) -> None:
     assert bound.savings_usd <= gain[(gain > 0) & (trace.size <= cap)].sum() + tol
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_bound_is_the_relaxation_written_per_instant(seed: int) -> None:
+    # the same program written directly: one row per creation time over the files alive
+    # then; its optimum must equal the level form's (so the bound is tight, not just above)
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(100 + seed)
+    trace = _random_trace(rng, 40)
+    cap = int(0.3 * peak_live_bytes(trace))
+    ssd, hdd = trace.costs(CostModel())
+    gain = hdd - ssd
+    use = (gain > 0) & (trace.size <= cap)
+    live = np.array(
+        [(trace.created <= t) & (trace.deleted > t) & use for t in np.unique(trace.created)]
+    )
+    res = linprog(
+        -gain * use,
+        A_ub=live * trace.size / cap,
+        b_ub=np.ones(len(live)),
+        bounds=(0, 1),
+        method="highs",
+    )
+    assert res.status == 0
+    bound = savings_upper_bound(trace, cap)
+    assert bound.savings_usd == pytest.approx(-res.fun, rel=1e-6)
+    oracle = simulate(trace, trace.oracle(cap), CostModel(), cap)
+    assert oracle.savings_usd <= bound.savings_usd * (1 + 1e-9)
+
+
 def test_budget_edges_and_bad_budgets() -> None:
     trace = _trace([0, 0], [1, 1], [10 * MB, 500 * MB], [5_000, 5_000])
     assert savings_upper_bound(trace, 0).savings_usd == 0.0
