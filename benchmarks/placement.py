@@ -26,6 +26,8 @@ Prints, for the pipeline split (grouped k-fold over pipelines) and the time spli
   timing, runs start ``k`` times as often), at 5%: each policy's savings, the oracle's
   ratio to first-fit, LightGBM's share of the oracle, and the LP bound on what any
   placement could save (:mod:`placement.bound`) over the best heuristic;
+* the LP bound's program size and solve time on the whole log, as collected and with
+  each ``--overlap``, at 1, 5 and 20%;
 * decision latency: one file through features + model (the live path) against the
   naive path (a one-row pandas DataFrame into ``Booster.predict``), side by side; and
   batched decisions per second against the 50k/s goal; the time the spill reuse facts
@@ -58,13 +60,14 @@ import pandas as pd
 # path while importing ``placement``, then add it back (at the end) for ``_common``
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+from placement.bound import savings_upper_bound
 from placement.cost import CostModel
 from placement.evaluate import EvaluationConfig, evaluate
 from placement.features import FEATURE_COLUMNS, HistoryStore, build_features, clean_table
 from placement.logwriter import read_logs
 from placement.model import DensityModel, ModelParams
 from placement.policy import AdaptiveThresholdPolicy, FirstFitPolicy
-from placement.simulator import Trace, overlap_runs, simulate
+from placement.simulator import Trace, overlap_runs, peak_live_bytes, simulate
 
 sys.path.append(str(_HERE))
 from _common import RESULTS_DIR, format_table, machine_info, write_results
@@ -218,6 +221,28 @@ def overlap_rows(
                 "upper_bound_over_best_heuristic": goal["upper_bound_ratio_to_best_heuristic"],
             }
     return rows, out
+
+
+def bound_costs(df: pd.DataFrame, overlaps: list[float]) -> list[list[str]]:
+    """Size and solve time of the LP bound (:mod:`placement.bound`) on the whole log, as
+    collected and replayed ``k`` runs at a time, at SSD budgets of 1, 5 and 20%."""
+    rows = []
+    for k in [None, *overlaps]:
+        replay = df if k is None else clean_table(overlap_runs(df, k))[0]
+        trace = Trace.from_clean(replay)
+        peak = peak_live_bytes(trace)
+        for budget in (0.01, 0.05, 0.20):
+            b = savings_upper_bound(trace, int(budget * peak))
+            rows.append(
+                [
+                    "as collected" if k is None else f"{k:g} at a time",
+                    f"{100 * budget:g}%",
+                    str(b.n_files),
+                    str(b.n_times),
+                    f"{b.wall_s:.1f} s",
+                ]
+            )
+    return rows
 
 
 def reuse_facts_us(n: int = 20_000, tasks: int = 2_000) -> float:
@@ -463,8 +488,13 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(["occupancy", "split", "per seed", "mean"], rows))
         payload["seed_shares"] = {"seeds": seeds, **shares}
 
-    if args.overlap:
-        overlaps = [float(k) for k in args.overlap.split(",")]
+    overlaps = [float(k) for k in args.overlap.split(",")] if args.overlap else []
+    print("\n== LP bound: program size and solve time (whole log)")
+    costs = bound_costs(df, overlaps)
+    print(format_table(["replay", "budget", "files", "event times", "solve"], costs))
+    payload["bound_costs"] = costs
+
+    if overlaps:
         names = [n for n in results["pipeline"].savings if n != "all-hdd"]
         rows, payload["overlap"] = overlap_rows(df, overlaps, names)
         print("\n== runs replayed overlapped (k runs at a time), TCO savings vs all-HDD at 5%")

@@ -20,10 +20,9 @@ files of zero bytes take SSD for free. The constraints are written through the S
 level after each event time (:func:`_solve`), two matrix entries per file.
 
 Solved with SciPy's HiGHS (``scipy.optimize.linprog``; a well-kept solver rather than
-a hand-written one). On the workload suite's 42,475 files (~85,000 event times) it
-takes 1.4-4.4 s on 2 cores, the runs replayed one or 16 at a time alike; the process
-that read the log and solved it peaked at 0.45 GB (``benchmarks/placement.py`` reports
-the bound beside every split).
+a hand-written one). ``benchmarks/placement.py`` prints the program's size and solve
+time: on the workload suite's 42,475 files (~85,000 event times) 1.7-6.4 s per budget
+on 2 cores, the runs replayed as collected or up to 16 at a time.
 """
 
 from __future__ import annotations
@@ -144,10 +143,9 @@ def _solve(created: np.ndarray, deleted: np.ndarray, share: np.ndarray, gain: np
     just after the events at ``t`` (deletions, then creations), as a share of the budget.
     One equality per time, ``L_t - L_(t-1) - (shares created at t) + (shares deleted at
     t) = 0`` with ``0 <= L_t <= 1``, ties every level to the files live then. Each file
-    has two entries and each level two, so the matrix grows with the files, not with how
-    many of them overlap (a constraint per instant over the live files would hold one
-    entry per file and instant: 24 M entries and 4 GiB for the suite's log replayed 16
-    runs at a time, against 0.3 M here).
+    has two entries and each level two, so the matrix holds ``2 * (files + times)``
+    entries whatever the overlap; a constraint per instant over the live files would
+    hold one entry per file and instant it spans, which grows with the overlap.
     """
     from scipy import sparse
     from scipy.optimize import linprog
