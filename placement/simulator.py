@@ -59,6 +59,7 @@ from placement.policy import (
     PlacementPolicy,
     SmallFilesFirstPolicy,
     StageHistoryPolicy,
+    check_capacity,
     oracle_admissions,
 )
 from placement.schema import MIN_LIFETIME_S, MIN_SIZE_BYTES
@@ -301,8 +302,9 @@ def simulate(
         A fresh policy (it keeps state across calls).
     cost_model : CostModel, optional
         Prices; default :class:`CostModel()`.
-    ssd_capacity_bytes : int, optional
-        SSD budget the replay enforces; default the policy's own ledger capacity (0 if
+    ssd_capacity_bytes : int or float, optional
+        SSD budget the replay enforces, in bytes (a float is truncated to whole bytes, as
+        the ledgers do); default the policy's own ledger capacity (0 if
         it has none).
     predictions : numpy.ndarray, optional
         Predicted log10 density per row, handed to ``policy.place``; default the
@@ -339,15 +341,7 @@ def simulate(
     if ssd_capacity_bytes is None:
         ledger = getattr(policy, "ledger", None)
         ssd_capacity_bytes = ledger.capacity if ledger is not None else 0
-    if (
-        isinstance(ssd_capacity_bytes, bool)
-        or not isinstance(ssd_capacity_bytes, (int, np.integer))
-        or ssd_capacity_bytes < 0
-    ):
-        raise ValueError(
-            f"ssd_capacity_bytes={ssd_capacity_bytes!r} must be a non-negative int of bytes"
-        )
-    cap = int(ssd_capacity_bytes)
+    cap = check_capacity(ssd_capacity_bytes)
 
     on_ssd = np.zeros(n, dtype=bool)
     overruled = 0

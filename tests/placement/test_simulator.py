@@ -129,6 +129,19 @@ def test_bad_rows_are_dropped_and_counted() -> None:
         simulate(df, FirstFitPolicy(10), CostModel(), -1)
 
 
+def test_capacity_is_checked_like_the_ledgers() -> None:
+    """The replay's budget goes through the same check as the ledgers, the oracle and the
+    bound: a float is truncated to whole bytes, non-numbers and NaN are refused by name."""
+    df = _log([(0.0, 1.0, 100, 2), (0.5, 1.0, 100, 2)])
+    r = simulate(df, FirstFitPolicy(150), CostModel(), 150.9)
+    assert r.ssd_capacity_bytes == 150 and r.ssd_files == 1
+    with pytest.raises(ValueError, match="ssd_capacity_bytes=nan"):
+        simulate(df, FirstFitPolicy(150), CostModel(), math.nan)
+    for bad in ("150", True):
+        with pytest.raises(TypeError, match="ssd_capacity_bytes"):
+            simulate(df, FirstFitPolicy(150), CostModel(), bad)
+
+
 def test_peak_live_bytes() -> None:
     df = _log([(0.0, 2.0, 10, 2), (1.0, 3.0, 20, 2), (2.0, 4.0, 40, 2)])
     assert peak_live_bytes(df) == 60
