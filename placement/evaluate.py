@@ -19,7 +19,7 @@ Protocol
        the held-out rows are replayed.
 
 4. Each policy (:mod:`placement.policy`) replays the test rows
-   (:func:`~placement.simulator.simulate`) at SSD budgets that are shares of the
+   (:func:`placement.replay.replay_budgets`) at SSD budgets that are shares of the
    test rows' peak live bytes (default 1, 2, 5, 10, 20%). The policies fed a density
    estimate take the break-even test under the configured cost model (a file whose
    predicted saving is negative stays on HDD; :mod:`placement.policy`), each file's
@@ -55,7 +55,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from placement.bound import savings_upper_bound
 from placement.cost import DEFAULT_BUDGETS, CostModel
 from placement.errors import PlacementError
 from placement.features import (
@@ -68,13 +67,8 @@ from placement.features import (
 )
 from placement.model import DensityModel, ModelParams
 from placement.policy import AdaptiveThresholdPolicy
-from placement.simulator import (
-    SimulationResult,
-    Trace,
-    peak_live_bytes,
-    policy_roster,
-    simulate,
-)
+from placement.replay import replay_budgets
+from placement.simulator import Trace, peak_live_bytes, policy_roster
 
 __all__ = [
     "DEFAULT_BUDGETS",
@@ -437,32 +431,31 @@ def evaluate(
         break_even=config.break_even,
     )
 
-    sims: list[dict[str, Any]] = []
-    savings: dict[str, dict[str, float]] = {name: {} for name, _, _ in policies}
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(policies) * len(config.budgets), desc="evaluate", unit="replay")
-    bounds: dict[str, float] = {}
-    for b in config.budgets:
-        cap = int(b * peak)
-        if config.upper_bound:
-            bound = savings_upper_bound(trace, cap, config.cost_model)
-            bounds[_budget_label(b)] = bound.savings_fraction
-        for name, make, p in policies:
-            sim: SimulationResult = simulate(
-                trace, make(cap), config.cost_model, cap, predictions=p
-            )
-            sim.policy = name
-            d = sim.to_dict()
-            d["budget"] = b
-            sims.append(d)
-            savings[name][_budget_label(b)] = sim.savings_fraction
-            if bar is not None:
-                bar.update(1)
+    replays = replay_budgets(
+        trace,
+        policies,
+        config.budgets,
+        config.cost_model,
+        upper_bound=config.upper_bound,
+        on_replay=bar.update if bar is not None else None,
+    )
     if bar is not None:
         bar.close()
+    sims: list[dict[str, Any]] = []
+    savings: dict[str, dict[str, float]] = {name: {} for name, _, _ in policies}
+    bounds: dict[str, float] = {}
+    for replay in replays:
+        label = _budget_label(replay.budget)
+        if replay.upper_bound is not None:
+            bounds[label] = replay.upper_bound
+        for name, sim in replay.results.items():
+            sims.append({**sim.to_dict(), "budget": replay.budget})
+            savings[name][label] = sim.savings_fraction
 
     goals = _goals(savings, config.budgets, bounds)
     result = EvaluationResult(

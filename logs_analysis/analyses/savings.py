@@ -17,7 +17,9 @@ policy                        fed
 
 Beside them, the most any placement of the rows could save at each budget
 (:func:`placement.bound.savings_upper_bound`, a linear-programming relaxation: at or
-above the oracle), so a reader sees how much room any policy has left.
+above the oracle), so a reader sees how much room any policy has left. The replays at
+each budget are :func:`placement.replay.replay_budgets`, the loop the placement
+evaluation runs too.
 
 Costs are those of :class:`placement.cost.CostModel` (defaults and sources documented
 there). Replays are Python event loops (a few microseconds per file), so at most
@@ -139,10 +141,10 @@ def savings_curve(
         Called after each replay (progress).
     """
     try:
-        from placement.bound import savings_upper_bound
         from placement.cost import CostModel
         from placement.features import estimated_sizes
-        from placement.simulator import Trace, peak_live_bytes, policy_roster, simulate
+        from placement.replay import replay_budgets
+        from placement.simulator import Trace, peak_live_bytes, policy_roster
     except ImportError as exc:
         return Unavailable(f"placement's simulator or policies cannot be imported ({exc})")
     budgets = [float(b) for b in budgets]
@@ -161,25 +163,17 @@ def savings_curve(
         return Unavailable("the replayed rows hold no bytes (every size is 0)")
 
     makers = policy_roster(trace, cost_model, stage_history=hist, lightgbm=pred)
+    replays = replay_budgets(trace, makers, budgets, cost_model, on_replay=on_replay)
     savings: dict[str, list[float]] = {name: [] for name, _, _ in makers}
     io_share: dict[str, list[float]] = {name: [] for name, _, _ in makers}
     sims = []
     all_hdd = math.nan
-    bounds: list[float] = []
-    for b in budgets:
-        cap = int(b * peak)
-        bounds.append(savings_upper_bound(trace, cap, cost_model).savings_fraction)
-        for name, make, p in makers:
-            result = simulate(trace, make(cap), cost_model, cap, predictions=p)
-            result.policy = name
+    for replay in replays:
+        for name, result in replay.results.items():
             all_hdd = result.all_hdd_tco_usd
             savings[name].append(float(result.savings_fraction))
             io_share[name].append(float(result.ssd_io_share))
-            d = result.to_dict()
-            d["budget"] = b
-            sims.append(d)
-            if on_replay is not None:
-                on_replay()
+            sims.append({**result.to_dict(), "budget": replay.budget})
     return SavingsResult(
         budgets=budgets,
         peak_live_bytes=int(peak),
@@ -190,5 +184,5 @@ def savings_curve(
         all_hdd_tco_usd=float(all_hdd),
         cost_model=cost_model.to_dict(),
         wall_s=time.perf_counter() - start,
-        upper_bound=bounds,
+        upper_bound=[float(r.upper_bound) for r in replays],
     )
