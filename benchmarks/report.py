@@ -2,10 +2,11 @@
 
 The log is made by resampling real logs (:func:`logs_analysis.resample.resample_runs`):
 whole runs drawn with replacement under fresh run and file ids, written as Parquet
-files of ~250k rows. The source is the workload suite's logs (``data/placement/logs``,
-from ``dataplane placement collect``) when they exist; otherwise the records the Spark
-reader makes from the Spark event logs in ``../shared/data/spark-events`` (the source
-used is printed and written to the JSON).
+files of ~250k rows. The source is the workload suite's logs (``--source DIR ...``,
+collections read together; default ``data/placement/logs``, from ``dataplane placement
+collect``) when they exist; otherwise the records the Spark reader makes from the Spark
+event logs in ``../shared/data/spark-events`` (the source used is printed and written
+to the JSON).
 
 Measured, side by side in one run (the machines are shared, so compare ratios):
 
@@ -25,6 +26,7 @@ script prints whether each is met; it never asserts. Results go to
 Usage::
 
     python benchmarks/report.py [--rows 10000000] [--work-dir DIR] [--scheduler threads]
+        [--source data/placement/logs data/placement/logs2]
 """
 
 from __future__ import annotations
@@ -57,14 +59,34 @@ SPARK_EVENTS = REPO.parent / "shared" / "data" / "spark-events"
 GOALS = {"ingestion_rows_per_s": 1_000_000, "report_s": 60.0, "peak_bytes": 4e9}
 
 
-def source_table() -> tuple[pa.Table, str]:
-    """Real rows to resample, and a description of where they came from."""
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it (no machine paths in results)."""
+    full = path.resolve()
+    return str(full.relative_to(REPO)) if full.is_relative_to(REPO) else str(path)
+
+
+def source_table(sources: list[Path] | None = None) -> tuple[pa.Table, str]:
+    """Real rows to resample, and a description of where they came from.
+
+    ``sources``: directories (or Parquet files) of workload-suite logs, read together;
+    default ``data/placement/logs`` if it holds logs, else the Spark event logs.
+    """
     from logs_analysis.readers import read_table
 
-    files = sorted(WORKLOAD_LOGS.glob("*.parquet")) if WORKLOAD_LOGS.is_dir() else []
+    if sources:
+        files = []
+        for src in sources:
+            found = sorted(src.glob("*.parquet")) if src.is_dir() else [src]
+            if not found or not all(f.is_file() for f in found):
+                raise SystemExit(
+                    f"--source {src}: no Parquet logs there; run `dataplane placement collect {src}`"
+                )
+            files += found
+    else:
+        files = sorted(WORKLOAD_LOGS.glob("*.parquet")) if WORKLOAD_LOGS.is_dir() else []
     if files:
         table, _ = read_table(files)
-        return table, f"workload-suite logs ({', '.join(str(f.relative_to(REPO)) for f in files)})"
+        return table, f"workload-suite logs ({', '.join(_shown(f) for f in files)})"
     if SPARK_EVENTS.is_dir():
         table, _ = read_table([SPARK_EVENTS])
         return table, f"Spark event logs read by logs_analysis.readers.spark ({SPARK_EVENTS})"
@@ -81,11 +103,13 @@ def _plain(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, names=table.column_names)
 
 
-def make_log(out: Path, rows: int, seed: int) -> dict[str, Any]:
+def make_log(
+    out: Path, rows: int, seed: int, sources: list[Path] | None = None
+) -> dict[str, Any]:
     """Write the resampled log under ``out`` (reused when it already holds the same log)."""
     from logs_analysis.resample import resample_runs
 
-    table, description = source_table()
+    table, description = source_table(sources)
     table = _plain(table)
     digest = hashlib.sha256(table.to_pandas().to_csv(index=False).encode()).hexdigest()[:16]
     stamp = out / "_MADE.json"  # hidden from the report (leading underscore)
@@ -173,11 +197,18 @@ def main() -> None:
         "--scheduler", default="threads", help="threads, processes or a Dask scheduler address"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--source",
+        type=Path,
+        nargs="+",
+        help="workload-suite log directories to resample, read together "
+        "(default: data/placement/logs, else the Spark event logs)",
+    )
     args = parser.parse_args()
 
     log_dir = args.work_dir / f"log-{args.rows}"
     print(f"making a {args.rows:,}-row log in {log_dir} ...", flush=True)
-    made = make_log(log_dir, args.rows, args.seed)
+    made = make_log(log_dir, args.rows, args.seed, args.source)
     print(f"  source: {made['source']} ({made['source_rows']:,} rows, {made['source_runs']} runs)")
     print(
         f"  {made['rows']:,} rows in {made['files']} Parquet files, {made['bytes_on_disk'] / 1e6:.0f} MB"
