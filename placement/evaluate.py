@@ -27,8 +27,9 @@ Protocol
    (:func:`stage_history_lifetime`). Policies are told each file's size as known at
    its creation, :func:`~placement.features.estimated_sizes` (the oracle alone is
    told final sizes; see :mod:`placement.simulator`).
-5. Reported: savings against all-HDD per policy and budget, the LightGBM policy's share
-   of the oracle's savings and its ratio to the best heuristic, Spearman rank
+5. Reported: savings against all-HDD per policy and budget (and per file kind:
+   where each policy's savings come from), the LightGBM policy's share of the
+   oracle's savings and its ratio to the best heuristic, Spearman rank
    correlation of predicted against true density on the test rows, and (with
    ``measure=True``) the model's decision latency, file size and memory.
 6. With ``upper_bound`` (the default), the most *any* placement of the test rows could
@@ -68,7 +69,7 @@ from placement.features import (
 from placement.model import DensityModel, ModelParams
 from placement.policy import AdaptiveThresholdPolicy
 from placement.replay import replay_budgets
-from placement.simulator import Trace, peak_live_bytes, policy_roster
+from placement.simulator import Trace, peak_live_bytes, policy_roster, savings_by_group
 
 __all__ = [
     "DEFAULT_BUDGETS",
@@ -194,6 +195,12 @@ class EvaluationResult:
     #: budget label -> the most any placement could save, as a share of the all-HDD TCO
     #: (:func:`placement.bound.savings_upper_bound`; empty without ``upper_bound``)
     upper_bound: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: policy -> budget label -> file kind -> the TCO its files of that kind saved on SSD,
+    #: as a share of the test rows' all-HDD TCO (sums to ``savings``;
+    #: :func:`placement.simulator.savings_by_group`)
+    savings_by_kind: dict[str, dict[str, dict[str, float]]] = dataclasses.field(
+        default_factory=dict
+    )
     wall_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -442,12 +449,15 @@ def evaluate(
         config.budgets,
         config.cost_model,
         upper_bound=config.upper_bound,
+        keep_tiers=True,
         on_replay=bar.update if bar is not None else None,
     )
     if bar is not None:
         bar.close()
     sims: list[dict[str, Any]] = []
     savings: dict[str, dict[str, float]] = {name: {} for name, _, _ in policies}
+    by_kind: dict[str, dict[str, dict[str, float]]] = {name: {} for name, _, _ in policies}
+    kinds = tdf["file_kind"].astype(str).to_numpy()
     bounds: dict[str, float] = {}
     for replay in replays:
         label = _budget_label(replay.budget)
@@ -456,6 +466,7 @@ def evaluate(
         for name, sim in replay.results.items():
             sims.append({**sim.to_dict(), "budget": replay.budget})
             savings[name][label] = sim.savings_fraction
+            by_kind[name][label] = savings_by_group(trace, sim.tiers, kinds, config.cost_model)
 
     goals = _goals(savings, config.budgets, bounds)
     result = EvaluationResult(
@@ -488,6 +499,7 @@ def evaluate(
         goals=goals,
         feature_importances=dict(sorted(importances.items(), key=lambda kv: -kv[1])),
         upper_bound=bounds,
+        savings_by_kind=by_kind,
     )
     if measure and model_for_measure is not None:
         say("measuring decision latency, model size and memory")

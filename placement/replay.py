@@ -51,6 +51,7 @@ def replay_budgets(
     cost_model: CostModel,
     *,
     upper_bound: bool = True,
+    keep_tiers: bool = False,
     on_replay: Callable[[], None] | None = None,
 ) -> list[BudgetReplay]:
     """Replay ``trace`` through each of ``policies`` at each of ``budgets``.
@@ -71,6 +72,8 @@ def replay_budgets(
     upper_bound : bool
         Also solve :func:`~placement.bound.savings_upper_bound` at each budget (seconds
         per budget on tens of thousands of files; see that module).
+    keep_tiers : bool
+        Keep each replay's per-file tiers (:attr:`SimulationResult.tiers`).
     on_replay : callable, optional
         Called after each policy's replay (progress).
 
@@ -88,7 +91,9 @@ def replay_budgets(
             bound = savings_upper_bound(trace, cap, cost_model).savings_fraction
         results: dict[str, SimulationResult] = {}
         for name, make, pred in policies:
-            result = simulate(trace, make(cap), cost_model, cap, predictions=pred)
+            result = simulate(
+                trace, make(cap), cost_model, cap, predictions=pred, keep_tiers=keep_tiers
+            )
             result.policy = name
             results[name] = result
             if on_replay is not None:

@@ -72,6 +72,7 @@ __all__ = [
     "overlap_runs",
     "peak_live_bytes",
     "policy_roster",
+    "savings_by_group",
     "simulate",
 ]
 
@@ -279,6 +280,42 @@ class SimulationResult:
         out["savings_fraction"] = self.savings_fraction
         out["hdd_overload_time_share"] = self.hdd_overload_time_share
         return out
+
+
+def savings_by_group(
+    trace: Trace, on_ssd: np.ndarray, groups: np.ndarray, cost_model: CostModel
+) -> dict[str, float]:
+    """Where a placement's savings come from: per group of files (e.g. file kind), the TCO
+    saved against all-HDD by the group's files on SSD, as a share of the whole trace's
+    all-HDD TCO (the shares sum to the replay's ``savings_fraction``: the TCO is a sum
+    over files).
+
+    Parameters
+    ----------
+    trace : Trace
+        The files replayed.
+    on_ssd : numpy.ndarray
+        Per file, whether it went to SSD (:attr:`SimulationResult.tiers` of a replay
+        with ``keep_tiers=True``).
+    groups : numpy.ndarray
+        Per file, its group's label.
+    cost_model : CostModel
+        The replay's prices.
+    """
+    on_ssd = np.asarray(on_ssd).astype(bool)
+    groups = np.asarray(groups).astype(str)
+    if on_ssd.shape != (len(trace),) or groups.shape != (len(trace),):
+        raise ValueError(
+            f"on_ssd {on_ssd.shape} and groups {groups.shape} need one entry per file of "
+            f"the trace ({len(trace)})"
+        )
+    ssd_cost, hdd_cost = trace.costs(cost_model)
+    all_hdd = float(hdd_cost.sum())
+    saved = np.where(on_ssd, hdd_cost - ssd_cost, 0.0)
+    if all_hdd <= 0:
+        return {str(g): 0.0 for g in np.unique(groups)}
+    per = pd.Series(saved).groupby(groups).sum() / all_hdd
+    return {str(g): float(v) for g, v in per.items()}
 
 
 def simulate(

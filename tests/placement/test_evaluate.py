@@ -84,12 +84,22 @@ def test_evaluate_reports_every_policy_and_budget(tmp_path: Path, split: str) ->
     for label, bound in result.upper_bound.items():
         assert max(per[label] for per in result.savings.values()) <= bound + 1e-9
     assert goal["upper_bound_ratio_to_best_heuristic"] >= goal["oracle_ratio_to_best_heuristic"]
+    # where the savings come from: per file kind of the test rows, summing to each saving
+    kinds = set(make_log(seed=6).column("file_kind").to_pylist())
+    assert set(result.savings_by_kind) == set(result.savings)
+    for name, per in result.savings.items():
+        for label, total in per.items():
+            parts = result.savings_by_kind[name][label]
+            assert set(parts) <= kinds and len(parts) >= 2
+            assert sum(parts.values()) == pytest.approx(total, abs=1e-9)
+    assert all(v == 0.0 for v in result.savings_by_kind["all-hdd"]["5%"].values())
     paths = result.write(tmp_path)
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(paths["json"].read_text())
     assert data["config"]["split"] == split and "5%" in data["goals"]
     assert "lightgbm" in paths["table"].read_text() and "upper-bound" in paths["table"].read_text()
     assert data["upper_bound"] == result.upper_bound
+    assert data["savings_by_kind"] == result.savings_by_kind
 
 
 def test_measure_decisions_reports_latency_size_memory() -> None:

@@ -69,8 +69,15 @@ def test_each_budget_replays_every_policy_as_simulate_does(trace: Trace) -> None
     assert oracle[0.05] <= oracle[0.2] <= oracle[0.5]
 
 
-def test_bound_can_be_skipped(trace: Trace) -> None:
+def test_bound_can_be_skipped_and_tiers_kept(trace: Trace) -> None:
     cost = CostModel()
     replays = replay_budgets(trace, _roster(trace, cost), [0.1], cost, upper_bound=False)
     assert len(replays) == 1 and replays[0].upper_bound is None
     assert replays[0].results["oracle"].savings_fraction > 0
+    assert replays[0].results["oracle"].tiers is None
+    kept = replay_budgets(
+        trace, _roster(trace, cost), [0.1], cost, upper_bound=False, keep_tiers=True
+    )
+    for name, result in kept[0].results.items():
+        assert result.tiers.shape == (len(trace),)
+        assert int(result.tiers.sum()) == result.ssd_files == replays[0].results[name].ssd_files

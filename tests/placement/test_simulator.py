@@ -281,3 +281,24 @@ def test_ledger_resize_moves_the_used_bytes() -> None:
     assert policy.ledger.used == 900 and "b" not in policy.ledger
     policy.settle("a", Tier.HDD, 0)
     assert policy.ledger.used == 0
+
+
+def test_savings_by_group_splits_the_savings_exactly() -> None:
+    """Per group, the TCO its SSD files saved; the groups add up to the replay's saving, and a
+    group with nothing on SSD saved nothing."""
+    from placement.simulator import savings_by_group
+
+    df = _log([(0.0, 1.0, 100, 50), (0.0, 1.0, 100, 40), (2.0, 3.0, 100, 2)])
+    trace = Trace.from_table(df)
+    cost = CostModel()
+    r = simulate(trace, FirstFitPolicy(150), cost, 150, keep_tiers=True)
+    assert r.tiers.tolist() == [1, 0, 1]
+    groups = np.array(["a", "a", "b"])
+    parts = savings_by_group(trace, r.tiers, groups, cost)
+    ssd, hdd = trace.costs(cost)
+    assert parts["a"] == pytest.approx((hdd[0] - ssd[0]) / hdd.sum())
+    assert parts["b"] == pytest.approx((hdd[2] - ssd[2]) / hdd.sum())
+    assert sum(parts.values()) == pytest.approx(r.savings_fraction)
+    assert savings_by_group(trace, np.zeros(3), groups, cost) == {"a": 0.0, "b": 0.0}
+    with pytest.raises(ValueError, match="one entry per file"):
+        savings_by_group(trace, r.tiers[:2], groups, cost)
