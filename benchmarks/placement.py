@@ -16,7 +16,8 @@ Prints, for the pipeline split (grouped k-fold over pipelines) and the time spli
   the greedy oracle) over the best heuristic;
 * Spearman rank correlation of predicted against true density on the test rows;
 * each file kind's share of the files and of the all-HDD cost (cache shards also per
-  pipeline);
+  pipeline), and where each policy's savings at 5% come from, by file kind (also for
+  each ``--overlap``);
 * how far each file kind's final size strays from the size expected at its creation
   (what a policy is told; :func:`placement.features.size_estimate`);
 * with ``--seeds``, the LightGBM policy's share of the oracle at 5% for each model seed,
@@ -169,6 +170,25 @@ def cost_shares(df: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
+#: Policies whose savings are split by file kind (where each one's savings come from).
+KIND_POLICIES = ("first-fit", "stage-history", "lightgbm", "threshold+true-density", "oracle")
+
+
+def kind_rows(result, kinds: list[str], prefix: list[str]) -> list[list[str]]:
+    """Per policy of :data:`KIND_POLICIES`, the savings at 5% its files of each kind made,
+    in points of the all-HDD TCO (:attr:`placement.evaluate.EvaluationResult.savings_by_kind`),
+    and their total; each row starts with ``prefix``."""
+    rows = []
+    for name in KIND_POLICIES:
+        parts = result.savings_by_kind[name]["5%"]
+        rows.append(
+            [*prefix, name]
+            + [f"{100 * parts.get(kind, 0.0):.1f}" for kind in kinds]
+            + [f"{100 * result.savings[name]['5%']:.1f}"]
+        )
+    return rows
+
+
 def seed_shares(df: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, list[float]]]:
     """LightGBM's share of the oracle's savings at 5%: basis -> split -> one per seed."""
     out: dict[str, dict[str, list[float]]] = {}
@@ -191,12 +211,13 @@ def seed_shares(df: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, list[
 
 
 def overlap_rows(
-    df: pd.DataFrame, overlaps: list[float], names: list[str]
-) -> tuple[list[list[str]], dict]:
+    df: pd.DataFrame, overlaps: list[float], names: list[str], kinds: list[str]
+) -> tuple[list[list[str]], list[list[str]], dict]:
     """Savings at 5% of the policies ``names``, per split and overlap
     (:func:`placement.simulator.overlap_runs`), with the most any placement could save
-    (:mod:`placement.bound`) against the best heuristic."""
-    rows, out = [], {}
+    (:mod:`placement.bound`) against the best heuristic; and the rows of
+    :func:`kind_rows` for each."""
+    rows, by_kind, out = [], [], {}
     for k in overlaps:
         shifted = overlap_runs(df, k)
         for split in ("pipeline", "time"):
@@ -213,14 +234,16 @@ def overlap_rows(
                     f"{goal['upper_bound_ratio_to_best_heuristic']:.2f}x",
                 ]
             )
+            by_kind += kind_rows(r, kinds, [f"{k:g}", split])
             out[f"{k:g}/{split}"] = {
                 "savings_5pct": five,
+                "savings_by_kind_5pct": {n: r.savings_by_kind[n]["5%"] for n in names},
                 "oracle_over_first_fit": oracle / ff,
                 "upper_bound_5pct": goal["upper_bound"],
                 "best_heuristic": goal["best_heuristic"],
                 "upper_bound_over_best_heuristic": goal["upper_bound_ratio_to_best_heuristic"],
             }
-    return rows, out
+    return rows, by_kind, out
 
 
 def bound_costs(df: pd.DataFrame, overlaps: list[float]) -> list[list[str]]:
@@ -354,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     shares = cost_shares(df)
     print(format_table(["file kind", "files", "of files", "of all-HDD cost"], shares))
     payload["cost_shares"] = shares
+    kinds = sorted(df["file_kind"].astype(str).unique())
     results = {}
     for split in ("pipeline", "time"):
         t0 = time.perf_counter()
@@ -370,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             "  Spearman (predicted vs true density, test rows): "
             + ", ".join(f"{k} {v:.3f}" for k, v in result.spearman.items())
         )
+        print("  where the savings at 5% come from (points of the all-HDD TCO, by file kind):")
+        print(format_table(["policy", *kinds, "total"], kind_rows(result, kinds, [])))
         print(f"  wrote {paths['png']}")
         payload[split] = {k: v for k, v in result.to_dict().items() if k != "simulations"}
         payload[split]["simulations"] = result.simulations
@@ -496,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if overlaps:
         names = [n for n in results["pipeline"].savings if n != "all-hdd"]
-        rows, payload["overlap"] = overlap_rows(df, overlaps, names)
+        rows, by_kind, payload["overlap"] = overlap_rows(df, overlaps, names, kinds)
         print("\n== runs replayed overlapped (k runs at a time), TCO savings vs all-HDD at 5%")
         header = [
             "k",
@@ -508,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
             "bound / best heuristic",
         ]
         print(format_table(header, rows))
+        print("\n== overlapped, where the savings at 5% come from (points of the all-HDD TCO)")
+        print(format_table(["k", "split", "policy", *kinds, "total"], by_kind))
 
     path = write_results("placement", payload)
     print(f"\nwrote {path}")
