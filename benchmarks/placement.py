@@ -170,25 +170,6 @@ def cost_shares(df: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-#: Policies whose savings are split by file kind (where each one's savings come from).
-KIND_POLICIES = ("first-fit", "stage-history", "lightgbm", "threshold+true-density", "oracle")
-
-
-def kind_rows(result, kinds: list[str], prefix: list[str]) -> list[list[str]]:
-    """Per policy of :data:`KIND_POLICIES`, the savings at 5% its files of each kind made,
-    in points of the all-HDD TCO (:attr:`placement.evaluate.EvaluationResult.savings_by_kind`),
-    and their total; each row starts with ``prefix``."""
-    rows = []
-    for name in KIND_POLICIES:
-        parts = result.savings_by_kind[name]["5%"]
-        rows.append(
-            [*prefix, name]
-            + [f"{100 * parts.get(kind, 0.0):.1f}" for kind in kinds]
-            + [f"{100 * result.savings[name]['5%']:.1f}"]
-        )
-    return rows
-
-
 def seed_shares(df: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, list[float]]]:
     """LightGBM's share of the oracle's savings at 5%: basis -> split -> one per seed."""
     out: dict[str, dict[str, list[float]]] = {}
@@ -211,13 +192,13 @@ def seed_shares(df: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, list[
 
 
 def overlap_rows(
-    df: pd.DataFrame, overlaps: list[float], names: list[str], kinds: list[str]
-) -> tuple[list[list[str]], list[list[str]], dict]:
+    df: pd.DataFrame, overlaps: list[float], names: list[str]
+) -> tuple[list[list[str]], dict[str, str], dict]:
     """Savings at 5% of the policies ``names``, per split and overlap
     (:func:`placement.simulator.overlap_runs`), with the most any placement could save
-    (:mod:`placement.bound`) against the best heuristic; and the rows of
-    :func:`kind_rows` for each."""
-    rows, by_kind, out = [], [], {}
+    (:mod:`placement.bound`) against the best heuristic; and, per split and overlap,
+    where each policy's savings come from (:meth:`EvaluationResult.kind_table`)."""
+    rows, by_kind, out = [], {}, {}
     for k in overlaps:
         shifted = overlap_runs(df, k)
         for split in ("pipeline", "time"):
@@ -234,7 +215,7 @@ def overlap_rows(
                     f"{goal['upper_bound_ratio_to_best_heuristic']:.2f}x",
                 ]
             )
-            by_kind += kind_rows(r, kinds, [f"{k:g}", split])
+            by_kind[f"{k:g} at a time, {split} split"] = r.kind_table()
             out[f"{k:g}/{split}"] = {
                 "savings_5pct": five,
                 "savings_by_kind_5pct": {n: r.savings_by_kind[n]["5%"] for n in names},
@@ -377,7 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     shares = cost_shares(df)
     print(format_table(["file kind", "files", "of files", "of all-HDD cost"], shares))
     payload["cost_shares"] = shares
-    kinds = sorted(df["file_kind"].astype(str).unique())
     results = {}
     for split in ("pipeline", "time"):
         t0 = time.perf_counter()
@@ -395,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{k} {v:.3f}" for k, v in result.spearman.items())
         )
         print("  where the savings at 5% come from (points of the all-HDD TCO, by file kind):")
-        print(format_table(["policy", *kinds, "total"], kind_rows(result, kinds, [])))
+        print(result.kind_table())
         print(f"  wrote {paths['png']}")
         payload[split] = {k: v for k, v in result.to_dict().items() if k != "simulations"}
         payload[split]["simulations"] = result.simulations
@@ -522,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if overlaps:
         names = [n for n in results["pipeline"].savings if n != "all-hdd"]
-        rows, by_kind, payload["overlap"] = overlap_rows(df, overlaps, names, kinds)
+        rows, by_kind, payload["overlap"] = overlap_rows(df, overlaps, names)
         print("\n== runs replayed overlapped (k runs at a time), TCO savings vs all-HDD at 5%")
         header = [
             "k",
@@ -534,8 +514,9 @@ def main(argv: list[str] | None = None) -> int:
             "bound / best heuristic",
         ]
         print(format_table(header, rows))
-        print("\n== overlapped, where the savings at 5% come from (points of the all-HDD TCO)")
-        print(format_table(["k", "split", "policy", *kinds, "total"], by_kind))
+        for replay, text in by_kind.items():
+            print(f"\n== {replay}: where the savings come from (points of the all-HDD TCO)")
+            print(text)
 
     path = write_results("placement", payload)
     print(f"\nwrote {path}")

@@ -215,16 +215,30 @@ class EvaluationResult:
             for name, per in {**self.savings, UPPER_BOUND: self.upper_bound}.items()
             if per
         ]
-        widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
-        lines = [
-            "  ".join(
-                str(c).ljust(w) if i == 0 else str(c).rjust(w)
-                for i, (c, w) in enumerate(zip(r, widths, strict=True))
-            )
-            for r in [head] + rows
+        return _text_table(head, rows)
+
+    def kind_table(self, budget: str | None = None) -> str:
+        """Where each policy's savings at ``budget`` come from: points of the all-HDD TCO
+        saved by each file kind, and their total.
+
+        ``budget`` is a label of ``savings`` such as ``"5%"``; default ``"5%"`` when it was
+        replayed, else the first budget.
+        """
+        labels = list(next(iter(self.savings.values()), {}))
+        if budget is None:
+            budget = "5%" if "5%" in labels else (labels[0] if labels else "")
+        if budget not in labels:
+            raise ValueError(f"budget={budget!r} was not replayed; the budgets are {labels}")
+        parts = {name: per[budget] for name, per in self.savings_by_kind.items() if budget in per}
+        kinds = sorted({kind for per in parts.values() for kind in per})
+        rows = [
+            [name]
+            + [f"{100 * per.get(kind, 0.0):.1f}" for kind in kinds]
+            + [f"{100 * self.savings[name][budget]:.1f}"]
+            for name, per in parts.items()
+            if name != "all-hdd"
         ]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        return _text_table([f"policy ({budget} SSD)", *kinds, "total"], rows)
 
     def plot(self, path: str | os.PathLike[str]) -> Path:
         """Savings against SSD budget, one line per policy, as a PNG."""
@@ -271,9 +285,28 @@ class EvaluationResult:
         d.mkdir(parents=True, exist_ok=True)
         paths = {"json": d / f"{stem}.json", "table": d / f"{stem}.txt", "png": d / f"{stem}.png"}
         paths["json"].write_text(json.dumps(self.to_dict(), indent=2, default=_json_default))
-        paths["table"].write_text(self.table() + "\n")
+        text = self.table() + "\n"
+        if self.savings_by_kind:
+            text += "\nwhere the savings come from (points of the all-HDD TCO)\n"
+            text += self.kind_table() + "\n"
+        paths["table"].write_text(text)
         self.plot(paths["png"])
         return paths
+
+
+def _text_table(head: list[str], rows: list[list[str]]) -> str:
+    """``rows`` under ``head`` as aligned text: first column left, the others right.
+    (By hand: a dozen lines against a table library for two plain tables.)"""
+    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    lines = [
+        "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in [head] + rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def _json_default(value: Any) -> Any:

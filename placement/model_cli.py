@@ -274,6 +274,9 @@ def evaluate_command(
         + f"{split} split, {result.rows['test']} test files):\n"
     )
     text += result.table()
+    if result.savings_by_kind:
+        text += "\nwhere the savings come from (points of the all-HDD TCO):\n"
+        text += result.kind_table()
     text += "\nSpearman (predicted vs true density): " + ", ".join(
         f"{k}={v:.3f}" for k, v in result.spearman.items() if not math.isnan(v)
     )

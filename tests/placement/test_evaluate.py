@@ -93,6 +93,14 @@ def test_evaluate_reports_every_policy_and_budget(tmp_path: Path, split: str) ->
             assert set(parts) <= kinds and len(parts) >= 2
             assert sum(parts.values()) == pytest.approx(total, abs=1e-9)
     assert all(v == 0.0 for v in result.savings_by_kind["all-hdd"]["5%"].values())
+    text = result.kind_table("20%").splitlines()
+    assert text[0].split()[:3] == ["policy", "(20%", "SSD)"] and text[0].split()[-1] == "total"
+    oracle_row = next(line.split() for line in text if line.startswith("oracle"))
+    assert float(oracle_row[-1]) == pytest.approx(100 * result.savings["oracle"]["20%"], abs=0.05)
+    assert not any(line.startswith("all-hdd") for line in text)
+    assert result.kind_table() == result.kind_table("5%")
+    with pytest.raises(ValueError, match="budget='3%' was not replayed"):
+        result.kind_table("3%")
     paths = result.write(tmp_path)
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(paths["json"].read_text())
@@ -236,6 +244,10 @@ def test_cli_evaluate_writes_table_png_json(tmp_path: Path, log_dir: Path) -> No
         "placement-eval.txt",
         "placement-eval.png",
     }
+    # the by-kind table is printed and written beside the savings table
+    assert "where the savings come from" in res.output
+    saved = (tmp_path / "ev" / "placement-eval.txt").read_text()
+    assert "where the savings come from" in saved and "policy (5% SSD)" in saved
 
 
 def test_break_even_options_are_validated() -> None:
