@@ -261,3 +261,29 @@ def savings_curves(
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, frameon=False)
     return to_data_uri(fig)
+
+
+def savings_by_kind(parts: Mapping[str, Mapping[str, float]], budget: float) -> str:
+    """Where each policy's savings come from at one SSD budget: a horizontal bar per
+    policy, stacked by file kind (points of the all-HDD TCO)."""
+    plt = _plt()
+    names = [n for n in parts if n != "all-hdd"]
+    kinds = sorted({k for n in names for k in parts[n]})
+    fig, ax = plt.subplots(figsize=(7.0, 0.45 * len(names) + 1.4))
+    left = [0.0] * len(names)
+    for i, kind in enumerate(kinds):
+        widths = [100 * parts[n].get(kind, 0.0) for n in names]
+        ax.barh(names, widths, left=left, color=_PALETTE[i % len(_PALETTE)], label=kind)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel(f"TCO saved vs all-HDD at {100 * budget:g}% SSD (%), by file kind")
+    ax.set_title("Where each policy's savings come from", fontsize=11)
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(
+        fontsize=8,
+        frameon=False,
+        ncol=min(len(kinds), 4),
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.18),
+    )
+    return to_data_uri(fig)

@@ -428,7 +428,14 @@ def build_report(
     }
     if isinstance(sav, SavingsResult):
         data["savings"]["oracle_capture_lightgbm"] = sav.capture("lightgbm")
+        data["savings"]["focus_budget_index"] = _focus_budget(sav.budgets)
     return Report(data=data, figures=figures)
+
+
+def _focus_budget(budgets: Sequence[float]) -> int:
+    """Index of the budget the summary and the by-kind view show: 5% if replayed, else
+    the middle one."""
+    return budgets.index(0.05) if 0.05 in budgets else len(budgets) // 2
 
 
 def _title(paths: Sequence[Any]) -> str:
@@ -496,4 +503,8 @@ def _figures(
         figs["importances"] = plots.importances(pred.feature_importances)
     if isinstance(sav, SavingsResult):
         figs["savings"] = plots.savings_curves(sav.budgets, sav.savings, sav.upper_bound)
+        if sav.savings_by_kind:
+            i = _focus_budget(sav.budgets)
+            at = {name: per[i] for name, per in sav.savings_by_kind.items()}
+            figs["savings_by_kind"] = plots.savings_by_kind(at, sav.budgets[i])
     return figs

@@ -67,6 +67,9 @@ class SavingsResult:
     wall_s : float
     upper_bound : list of float
         The most any placement could save (share of the all-HDD TCO), per budget.
+    savings_by_kind : dict
+        Policy -> per budget, file kind -> the TCO its files of that kind saved on SSD, as
+        a share of the all-HDD TCO (sums to ``savings``; where the savings come from).
     """
 
     budgets: list[float]
@@ -79,6 +82,7 @@ class SavingsResult:
     cost_model: dict[str, Any]
     wall_s: float = 0.0
     upper_bound: list[float] = dataclasses.field(default_factory=list)
+    savings_by_kind: dict[str, list[dict[str, float]]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -144,7 +148,7 @@ def savings_curve(
         from placement.cost import CostModel
         from placement.features import estimated_sizes
         from placement.replay import replay_budgets
-        from placement.simulator import Trace, peak_live_bytes, policy_roster
+        from placement.simulator import Trace, peak_live_bytes, policy_roster, savings_by_group
     except ImportError as exc:
         return Unavailable(f"placement's simulator or policies cannot be imported ({exc})")
     budgets = [float(b) for b in budgets]
@@ -163,9 +167,13 @@ def savings_curve(
         return Unavailable("the replayed rows hold no bytes (every size is 0)")
 
     makers = policy_roster(trace, cost_model, stage_history=hist, lightgbm=pred)
-    replays = replay_budgets(trace, makers, budgets, cost_model, on_replay=on_replay)
+    replays = replay_budgets(
+        trace, makers, budgets, cost_model, keep_tiers=True, on_replay=on_replay
+    )
+    kinds = df["file_kind"].astype(str).to_numpy()
     savings: dict[str, list[float]] = {name: [] for name, _, _ in makers}
     io_share: dict[str, list[float]] = {name: [] for name, _, _ in makers}
+    by_kind: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in makers}
     sims = []
     all_hdd = math.nan
     for replay in replays:
@@ -173,6 +181,7 @@ def savings_curve(
             all_hdd = result.all_hdd_tco_usd
             savings[name].append(float(result.savings_fraction))
             io_share[name].append(float(result.ssd_io_share))
+            by_kind[name].append(savings_by_group(trace, result.tiers, kinds, cost_model))
             sims.append({**result.to_dict(), "budget": replay.budget})
     return SavingsResult(
         budgets=budgets,
@@ -185,4 +194,5 @@ def savings_curve(
         cost_model=cost_model.to_dict(),
         wall_s=time.perf_counter() - start,
         upper_bound=[float(r.upper_bound) for r in replays],
+        savings_by_kind=by_kind,
     )

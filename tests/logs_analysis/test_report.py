@@ -63,6 +63,11 @@ def test_json_and_html_show_the_same_numbers(report_files: tuple[Path, Path, str
     for name, values in data["savings"]["savings"].items():
         assert f"{100 * values[1]:.1f}%" in html, name
     assert f"{100 * data['savings']['upper_bound'][1]:.1f}%" in html
+    assert "Where the savings come from, at 5% SSD" in html
+    assert 'alt="savings by file kind"' in html
+    oracle_parts = data["savings"]["savings_by_kind"]["oracle"][1]
+    for kind, share in oracle_parts.items():
+        assert f"<th>{kind}</th>" in html and f"{100 * share:.1f}%" in html, kind
 
 
 def test_savings_are_coherent(report_files: tuple[Path, Path, str]) -> None:
@@ -77,6 +82,13 @@ def test_savings_are_coherent(report_files: tuple[Path, Path, str]) -> None:
     assert len(s["upper_bound"]) == len(s["budgets"])
     for i, bound in enumerate(s["upper_bound"]):
         assert max(values[i] for values in s["savings"].values()) <= bound + 1e-9
+    # where the savings come from: the file kinds' parts add up to each saving
+    assert set(s["savings_by_kind"]) == set(s["savings"])
+    for name, per_budget in s["savings_by_kind"].items():
+        assert len(per_budget) == len(s["budgets"])
+        for i, parts in enumerate(per_budget):
+            assert sum(parts.values()) == pytest.approx(s["savings"][name][i], abs=1e-9), name
+    assert s["budgets"][s["focus_budget_index"]] == 0.05
 
 
 def test_predictability_section(report_files: tuple[Path, Path, str]) -> None:
