@@ -233,7 +233,8 @@ def _log10(value: float) -> float:
 
 def check_capacity(ssd_capacity_bytes: Any) -> int:
     """``ssd_capacity_bytes`` as an int of bytes; ``TypeError``/``ValueError`` naming it if
-    it is not a finite number >= 0 (shared by the ledgers, the oracle and the bound)."""
+    it is not a finite number >= 0 (shared by the ledgers, the oracle, the simulator's
+    replay and the bound)."""
     if isinstance(ssd_capacity_bytes, bool) or not isinstance(
         ssd_capacity_bytes, (int, float, np.integer, np.floating)
     ):
