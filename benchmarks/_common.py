@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from tabulate import tabulate
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -137,17 +138,12 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = []
-    for n, row in enumerate(cells):
-        lines.append(
-            "  ".join(c.rjust(w) if n else c.ljust(w) for c, w in zip(row, widths, strict=True))
-        )
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """A plain-text table: first column left, the others right."""
+    align = ("left",) + ("right",) * (len(headers) - 1)
+    cells = [[str(c) for c in row] for row in rows]
+    return tabulate(
+        cells, headers=list(headers), tablefmt="simple", colalign=align, disable_numparse=True
+    )
 
 
 # -- real datasets (installed by `make demo` / `make test` from Debian's packages) -------------

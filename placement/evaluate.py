@@ -55,8 +55,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from tabulate import tabulate
 
-from placement.cost import DEFAULT_BUDGETS, CostModel
+from placement.cost import DEFAULT_BUDGETS, CostModel, focus_budget_index
 from placement.errors import PlacementError
 from placement.features import (
     HistoryStore,
@@ -221,12 +222,13 @@ class EvaluationResult:
         """Where each policy's savings at ``budget`` come from: points of the all-HDD TCO
         saved by each file kind, and their total.
 
-        ``budget`` is a label of ``savings`` such as ``"5%"``; default ``"5%"`` when it was
-        replayed, else the first budget.
+        ``budget`` is a label of ``savings`` such as ``"5%"``; by default the budget of
+        :func:`placement.cost.focus_budget_index` (5% when it was replayed, else the middle
+        one), as the report's by-kind view picks it.
         """
         labels = list(next(iter(self.savings.values()), {}))
         if budget is None:
-            budget = "5%" if "5%" in labels else (labels[0] if labels else "")
+            budget = labels[focus_budget_index(self.config["budgets"])] if labels else ""
         if budget not in labels:
             raise ValueError(f"budget={budget!r} was not replayed; the budgets are {labels}")
         parts = {name: per[budget] for name, per in self.savings_by_kind.items() if budget in per}
@@ -295,18 +297,9 @@ class EvaluationResult:
 
 
 def _text_table(head: list[str], rows: list[list[str]]) -> str:
-    """``rows`` under ``head`` as aligned text: first column left, the others right.
-    (By hand: a dozen lines against a table library for two plain tables.)"""
-    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
-    lines = [
-        "  ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in [head] + rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """``rows`` under ``head`` as aligned text: first column left, the others right."""
+    align = ("left",) + ("right",) * (len(head) - 1)
+    return tabulate(rows, headers=head, tablefmt="simple", colalign=align, disable_numparse=True)
 
 
 def _json_default(value: Any) -> Any:

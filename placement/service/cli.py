@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from tabulate import tabulate
 
 
 def _fmt_bytes(n: float) -> str:
@@ -45,7 +46,7 @@ def split_table(split: Any) -> str:
         "read ops",
         "I/O share",
     ]
-    rows = [headers]
+    rows: list[list[str]] = []
     for (tier, kind), r in split.iterrows():
         rows.append(
             [
@@ -60,17 +61,8 @@ def split_table(split: Any) -> str:
                 f"{100 * r['io_share']:.1f}%",
             ]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
-    lines = []
-    for n, row in enumerate(rows):
-        lines.append(
-            "  ".join(
-                c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
-            )
-        )
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    align = ("left", "left") + ("right",) * (len(headers) - 2)
+    return tabulate(rows, headers=headers, tablefmt="simple", colalign=align, disable_numparse=True)
 
 
 @click.command("serve", context_settings={"help_option_names": ["-h", "--help"]})

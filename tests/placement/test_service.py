@@ -568,3 +568,34 @@ def test_background_renewals_run_and_stop(store: TieredFileStore) -> None:
     asyncio.run(main())
     assert link.syncs >= 5 and chooser.has_valid_lease()
     assert service.state()["workers"]["tcp://w:1"]["syncs"] == link.syncs
+
+
+# ---------------------------------------------------------------------- the demo's tier table
+def test_tier_split_table_sums_rows_by_tier_and_kind() -> None:
+    import pandas as pd
+
+    from placement.service.cli import split_table
+    from placement.service.demo import tier_split
+
+    rows = pd.DataFrame(
+        {
+            "tier": ["ssd", "ssd", "hdd"],
+            "file_kind": ["spill", "spill", "shuffle"],
+            "size_bytes": [1024, 1024, 3 * 2**30],
+            "write_bytes": [1024, 1024, 3 * 2**30],
+            "read_bytes": [2048, 0, 2**30],
+            "write_ops": [1, 1, 40],
+            "read_ops": [2, 0, 9],
+        }
+    )
+    split = tier_split(rows)
+    assert split.loc[("ssd", "spill"), "files"] == 2
+    assert split["io_share"].sum() == pytest.approx(1.0)
+    lines = split_table(split).splitlines()
+    assert lines[0].split()[:3] == ["tier", "kind", "files"]
+    assert set(lines[1]) == {"-", " "}
+    hdd = next(line for line in lines if line.startswith("hdd"))
+    assert hdd.split()[:3] == ["hdd", "shuffle", "1"] and hdd.endswith("%")
+    assert "3.0 GiB" in hdd
+    # text columns left-aligned, numbers right-aligned under their headers
+    assert lines[0].index("files") + len("files") == hdd.index("1") + 1
