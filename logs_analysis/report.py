@@ -40,6 +40,7 @@ from logs_analysis.analyses.skew import skew, skew_by
 from logs_analysis.errors import AnalysisError
 from logs_analysis.formats import LogFormat, discover
 from logs_analysis.readers import plan
+from placement.cost import focus_budget_index
 
 __all__ = ["REPORT_VERSION", "Report", "ReportConfig", "build_report", "json_path_for"]
 
@@ -428,14 +429,8 @@ def build_report(
     }
     if isinstance(sav, SavingsResult):
         data["savings"]["oracle_capture_lightgbm"] = sav.capture("lightgbm")
-        data["savings"]["focus_budget_index"] = _focus_budget(sav.budgets)
+        data["savings"]["focus_budget_index"] = focus_budget_index(sav.budgets)
     return Report(data=data, figures=figures)
-
-
-def _focus_budget(budgets: Sequence[float]) -> int:
-    """Index of the budget the summary and the by-kind view show: 5% if replayed, else
-    the middle one."""
-    return budgets.index(0.05) if 0.05 in budgets else len(budgets) // 2
 
 
 def _title(paths: Sequence[Any]) -> str:
@@ -504,7 +499,7 @@ def _figures(
     if isinstance(sav, SavingsResult):
         figs["savings"] = plots.savings_curves(sav.budgets, sav.savings, sav.upper_bound)
         if sav.savings_by_kind:
-            i = _focus_budget(sav.budgets)
+            i = focus_budget_index(sav.budgets)
             at = {name: per[i] for name, per in sav.savings_by_kind.items()}
             figs["savings_by_kind"] = plots.savings_by_kind(at, sav.budgets[i])
     return figs

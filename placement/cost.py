@@ -82,17 +82,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "DEFAULT_BUDGETS",
+    "FOCUS_BUDGET",
     "GB",
     "SECONDS_PER_MONTH",
     "CostModel",
     "budgets_from_percents",
     "budgets_to_percents",
+    "focus_budget_index",
 ]
 
 #: Seconds in an average month (365.25 days / 12).
@@ -104,6 +107,17 @@ GB = 1e9
 #: Defined here, in a module that imports only numpy, so that analyses can use it
 #: without importing the model (LightGBM).
 DEFAULT_BUDGETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.10, 0.20)
+#: The budget that the placement goals and every one-budget summary (the evaluation's
+#: by-kind table, the report's headline and by-kind chart) single out: 5% of peak live bytes.
+FOCUS_BUDGET = 0.05
+
+
+def focus_budget_index(budgets: Sequence[float]) -> int:
+    """Index in ``budgets`` of the budget a one-budget summary shows: :data:`FOCUS_BUDGET`
+    if it is among them, else the middle one (the upper middle of an even count)."""
+    if not budgets:
+        raise ValueError("no budgets to choose from")
+    return list(budgets).index(FOCUS_BUDGET) if FOCUS_BUDGET in budgets else len(budgets) // 2
 
 
 def budgets_from_percents(text: str) -> tuple[float, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from placement.cost import GB, SECONDS_PER_MONTH, CostModel
+from placement.cost import GB, SECONDS_PER_MONTH, CostModel, focus_budget_index
 
 
 def test_defaults_price_a_file_by_hand() -> None:
@@ -91,3 +91,13 @@ def test_break_even_density_with_wear_depends_on_lifetime_and_matches_saving() -
     assert CostModel(hdd_usd_per_gb_month=0.1).break_even_density(1.0) == 0.0
     with pytest.raises(ValueError, match="write_bytes_per_byte"):
         full.break_even_density(1.0, write_bytes_per_byte=-1)
+
+
+def test_focus_budget_is_five_percent_else_the_middle_budget() -> None:
+    assert focus_budget_index((0.01, 0.02, 0.05, 0.10, 0.20)) == 2
+    assert focus_budget_index([0.2, 0.05]) == 1
+    assert focus_budget_index((0.01, 0.02, 0.10)) == 1
+    assert focus_budget_index((0.01, 0.10)) == 1
+    assert focus_budget_index((0.3,)) == 0
+    with pytest.raises(ValueError, match="no budgets"):
+        focus_budget_index(())

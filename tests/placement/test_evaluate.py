@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -99,6 +100,14 @@ def test_evaluate_reports_every_policy_and_budget(tmp_path: Path, split: str) ->
     assert float(oracle_row[-1]) == pytest.approx(100 * result.savings["oracle"]["20%"], abs=0.05)
     assert not any(line.startswith("all-hdd") for line in text)
     assert result.kind_table() == result.kind_table("5%")
+    # without 5% the default is the middle budget, as the report's by-kind view picks it
+    no_five = dataclasses.replace(
+        result,
+        config={**result.config, "budgets": [0.02, 0.2, 0.5]},
+        savings={n: {"2%": 0.0, "20%": v["20%"], "50%": 0.0} for n, v in result.savings.items()},
+        savings_by_kind={n: {"20%": v["20%"]} for n, v in result.savings_by_kind.items()},
+    )
+    assert no_five.kind_table() == result.kind_table("20%")
     with pytest.raises(ValueError, match="budget='3%' was not replayed"):
         result.kind_table("3%")
     paths = result.write(tmp_path)
