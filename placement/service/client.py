@@ -16,7 +16,10 @@ def reload_model(client: Any, path: str | os.PathLike[str] | None = None) -> Any
     """Load the model at ``path`` on the scheduler now (default: ``placement.model`` again).
 
     Workers receive it at their next lease renewal (within ~250 ms). The scheduler
-    also re-reads the history statistics from ``placement.log-dir``.
+    also re-reads the history statistics from ``placement.log-dir``, every logged file
+    included. Call it between runs where you can: the evaluation's history holds finished
+    runs only, and the files a running pipeline has deleted so far lean to its short-lived
+    ones.
 
     Returns
     -------
