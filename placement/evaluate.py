@@ -70,7 +70,13 @@ from placement.features import (
 from placement.model import DensityModel, ModelParams
 from placement.policy import AdaptiveThresholdPolicy
 from placement.replay import replay_budgets
-from placement.simulator import Trace, peak_live_bytes, policy_roster, savings_by_group
+from placement.simulator import (
+    Trace,
+    overlap_runs,
+    peak_live_bytes,
+    policy_roster,
+    savings_by_group,
+)
 
 __all__ = [
     "DEFAULT_BUDGETS",
@@ -138,6 +144,12 @@ class EvaluationConfig:
         Also bound from above what any placement of the test rows could save at each
         budget (:func:`placement.bound.savings_upper_bound`, a linear program: a few
         seconds per budget on 40k files; default ``True``).
+    overlap : float, optional
+        Replay the runs ``overlap`` at a time, as a shared cluster running that many
+        pipelines at once would (:func:`placement.simulator.overlap_runs`: each run keeps
+        its own timing, runs start ``overlap`` times as often), before the split; the
+        history features then count only the runs finished before each file. Default
+        ``None``: the runs as logged.
     """
 
     split: Split = Split.PIPELINE
@@ -150,6 +162,7 @@ class EvaluationConfig:
     policy_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     break_even: bool = True
     upper_bound: bool = True
+    overlap: float | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -168,6 +181,15 @@ class EvaluationConfig:
             raise EvaluationError(f"folds={self.folds!r} must be an int >= 2")
         if not 0 < self.test_fraction < 1:
             raise EvaluationError(f"test_fraction={self.test_fraction!r} must be in (0, 1)")
+        if self.overlap is not None and (
+            isinstance(self.overlap, bool)
+            or not isinstance(self.overlap, (int, float))
+            or not self.overlap > 0
+            or not math.isfinite(self.overlap)
+        ):
+            raise EvaluationError(
+                f"overlap={self.overlap!r} must be a positive number of runs at a time, or None"
+            )
         for name in ("break_even", "upper_bound"):
             if not isinstance(getattr(self, name), bool):
                 raise EvaluationError(f"{name}={getattr(self, name)!r} must be True or False")
@@ -405,6 +427,8 @@ def evaluate(
     df, issues = clean_table(table)
     if len(df) == 0:
         raise EvaluationError("no usable log rows to evaluate")
+    if config.overlap is not None:
+        df = overlap_runs(df, config.overlap)
     history = HistoryStore.from_table(df)
     features = build_features(df, history)
     target = log_density(df)
@@ -506,6 +530,7 @@ def evaluate(
             "policy_options": dict(config.policy_options),
             "break_even": config.break_even,
             "upper_bound": config.upper_bound,
+            "overlap": config.overlap,
         },
         rows={
             "total": issues.total_rows,

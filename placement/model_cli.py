@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from tabulate import tabulate
 
 from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
 from placement.errors import ModelError, PlacementError
@@ -195,6 +196,16 @@ _bound_option = click.option(
 )
 
 
+_overlap_option = click.option(
+    "--overlap",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="K",
+    help="Replay the runs K at a time, as a shared cluster would: each run keeps its own "
+    "timing, runs start K times as often (default: as logged).",
+)
+
+
 def _budgets(value: str) -> tuple[float, ...]:
     try:
         return budgets_from_percents(value)
@@ -238,6 +249,7 @@ def _budgets(value: str) -> tuple[float, ...]:
     help="Measure decision latency, model size and predictor memory.",
 )
 @_bound_option
+@_overlap_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def evaluate_command(
@@ -248,6 +260,7 @@ def evaluate_command(
     folds: int,
     measure: bool,
     bound: bool,
+    overlap: float | None,
     as_json: bool,
     no_progress: bool,
 ) -> None:
@@ -257,7 +270,11 @@ def evaluate_command(
     df, report = _read(logs, not no_progress)
     try:
         config = EvaluationConfig(
-            split=Split(split), budgets=_budgets(budgets), folds=folds, upper_bound=bound
+            split=Split(split),
+            budgets=_budgets(budgets),
+            folds=folds,
+            upper_bound=bound,
+            overlap=overlap,
         )
         result = evaluate(df, config, progress=not no_progress, measure=measure, log=logger.info)
     except PlacementError as exc:
@@ -271,7 +288,9 @@ def evaluate_command(
     text = (
         _input_text(report)
         + "\nTCO savings vs all-HDD ("
-        + f"{split} split, {result.rows['test']} test files):\n"
+        + f"{split} split, {result.rows['test']} test files"
+        + ("" if overlap is None else f", runs replayed {overlap:g} at a time")
+        + "):\n"
     )
     text += result.table()
     if result.savings_by_kind:
@@ -379,6 +398,7 @@ POLICY_CHOICES = (
     help="Policies to replay (repeatable).",
 )
 @_bound_option
+@_overlap_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def simulate_command(
@@ -387,6 +407,7 @@ def simulate_command(
     budget: str,
     policies: tuple[str, ...],
     bound: bool,
+    overlap: float | None,
     as_json: bool,
     no_progress: bool,
 ) -> None:
@@ -403,7 +424,7 @@ def simulate_command(
         SmallFilesFirstPolicy,
         StageHistoryPolicy,
     )
-    from placement.simulator import Trace, peak_live_bytes, simulate
+    from placement.simulator import Trace, overlap_runs, peak_live_bytes, simulate
 
     names = list(POLICY_CHOICES) if "all" in policies else list(dict.fromkeys(policies))
     models = None
@@ -421,6 +442,8 @@ def simulate_command(
             except ModelError as exc:
                 raise click.ClickException(str(exc)) from exc
     df, report = _read(logs, not no_progress)
+    if overlap is not None:
+        df = overlap_runs(df, overlap)
     history = HistoryStore.from_table(df)
     trace = Trace.from_clean(df, known_size=estimated_sizes(df, history))
     peak = peak_live_bytes(trace)
@@ -451,6 +474,7 @@ def simulate_command(
         "input": report,
         "peak_live_bytes": peak,
         "ssd_capacity_bytes": cap,
+        "overlap": overlap,
         "results": results,
     }
     if bound:
@@ -458,18 +482,33 @@ def simulate_command(
             payload["upper_bound"] = savings_upper_bound(trace, cap, cost).to_dict()
         except PlacementError as exc:
             raise click.ClickException(str(exc)) from exc
-    lines = [_input_text(report), f"SSD budget {cap:,} bytes ({budget}; peak live bytes {peak:,})"]
-    lines.append(
-        f"{'policy':20s} {'savings':>9s} {'SSD I/O':>8s} {'SSD files':>9s} {'HDD overload s':>14s}"
-    )
-    for r in results:
-        lines.append(
-            f"{r['policy']:20s} {100 * r['savings_fraction']:8.2f}% {100 * r['ssd_io_share']:7.1f}% "
-            f"{r['ssd_files']:9d} {r['hdd_overload_s']:14.2f}"
-        )
+    replayed = "" if overlap is None else f"; runs replayed {overlap:g} at a time"
+    lines = [
+        _input_text(report),
+        f"SSD budget {cap:,} bytes ({budget}; peak live bytes {peak:,}{replayed})",
+    ]
+    rows = [
+        [
+            r["policy"],
+            f"{100 * r['savings_fraction']:.2f}%",
+            f"{100 * r['ssd_io_share']:.1f}%",
+            str(r["ssd_files"]),
+            f"{r['hdd_overload_s']:.2f}",
+        ]
+        for r in results
+    ]
     if bound:
-        lines.append(
-            f"{'upper bound (LP)':20s} {100 * payload['upper_bound']['savings_fraction']:8.2f}%"
-            "   no placement saves more"
+        saved = 100 * payload["upper_bound"]["savings_fraction"]
+        rows.append(["upper bound (LP)", f"{saved:.2f}%", "", "", ""])
+    lines.append(
+        tabulate(
+            rows,
+            headers=["policy", "savings", "SSD I/O", "SSD files", "HDD overload s"],
+            tablefmt="simple",
+            colalign=("left", "right", "right", "right", "right"),
+            disable_numparse=True,
         )
+    )
+    if bound:
+        lines.append("upper bound (LP): no placement of these files saves more")
     _emit(payload, as_json, "\n".join(lines))

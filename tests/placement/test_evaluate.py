@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from placement.cli import placement_group
 from placement.evaluate import EvaluationConfig, EvaluationError, Split, evaluate, split_masks
 from placement.model import ModelParams
+from placement.simulator import overlap_runs
 from tests.placement.logtables import make_log
 
 FAST = ModelParams(n_estimators=40, num_threads=1)
@@ -54,6 +56,9 @@ def test_config_is_validated() -> None:
         EvaluationConfig(budgets=(0.0, 0.5))
     with pytest.raises(ValueError, match="exponent"):
         EvaluationConfig(policy_options={"exponent": -1})
+    for bad in (0, -2.0, True, "4", math.inf):
+        with pytest.raises(EvaluationError, match="overlap=.* positive number of runs"):
+            EvaluationConfig(overlap=bad)
     with pytest.raises(EvaluationError, match="2 pipelines"):
         split_masks(
             make_log(pipelines=1, runs=2, files_per_stage=3).to_pandas(), EvaluationConfig()
@@ -226,6 +231,42 @@ def test_cli_simulate_without_the_bound(log_dir: Path) -> None:
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
     assert "upper_bound" not in payload and payload["results"][0]["policy"] == "first-fit"
+
+
+def test_overlap_replays_the_runs_at_once_before_the_split() -> None:
+    log = make_log(seed=6)
+    config = dict(split="time", params=FAST, budgets=(0.05,), upper_bound=False)
+    alone = evaluate(log, EvaluationConfig(**config))
+    shared = evaluate(log, EvaluationConfig(**config, overlap=4))
+    assert alone.config["overlap"] is None and shared.config["overlap"] == 4
+    # the same test files, but more of them live at once: a larger peak, so a larger SSD
+    assert shared.rows["test"] == alone.rows["test"]
+    assert shared.peak_live_bytes > alone.peak_live_bytes
+    # and the same result as overlapping the runs by hand first
+    by_hand = evaluate(overlap_runs(log.to_pandas(), 4), EvaluationConfig(**config))
+    assert by_hand.savings == shared.savings
+
+
+def test_cli_overlap_option(tmp_path: Path, log_dir: Path) -> None:
+    runner = CliRunner()
+    args = ["simulate", str(log_dir), "--policy", "first-fit", "--no-bound", "--json"]
+    alone = json.loads(runner.invoke(placement_group, [*args, "--no-progress"]).output)
+    res = runner.invoke(placement_group, [*args, "--overlap", "4", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    shared = json.loads(res.output)
+    assert alone["overlap"] is None and shared["overlap"] == 4
+    assert shared["peak_live_bytes"] > alone["peak_live_bytes"]
+    res = runner.invoke(placement_group, [*args, "--overlap", "0"])
+    assert res.exit_code == 2 and "--overlap" in res.output
+    res = runner.invoke(
+        placement_group,
+        ["evaluate", str(log_dir), "--out", str(tmp_path / "ev"), "--split", "time"]
+        + ["--budgets", "5", "--no-measure", "--no-bound", "--no-progress", "--overlap", "4"],
+    )
+    assert res.exit_code == 0, res.output
+    assert "runs replayed 4 at a time" in res.output
+    saved = json.loads((tmp_path / "ev" / "placement-eval.json").read_text())
+    assert saved["config"]["overlap"] == 4
 
 
 def test_cli_evaluate_writes_table_png_json(tmp_path: Path, log_dir: Path) -> None:
