@@ -72,6 +72,7 @@ from placement.policy import AdaptiveThresholdPolicy
 from placement.replay import replay_budgets
 from placement.simulator import (
     Trace,
+    check_overlap,
     overlap_runs,
     peak_live_bytes,
     policy_roster,
@@ -181,15 +182,11 @@ class EvaluationConfig:
             raise EvaluationError(f"folds={self.folds!r} must be an int >= 2")
         if not 0 < self.test_fraction < 1:
             raise EvaluationError(f"test_fraction={self.test_fraction!r} must be in (0, 1)")
-        if self.overlap is not None and (
-            isinstance(self.overlap, bool)
-            or not isinstance(self.overlap, (int, float))
-            or not self.overlap > 0
-            or not math.isfinite(self.overlap)
-        ):
-            raise EvaluationError(
-                f"overlap={self.overlap!r} must be a positive number of runs at a time, or None"
-            )
+        if self.overlap is not None:
+            try:
+                check_overlap(self.overlap)
+            except ValueError as exc:
+                raise EvaluationError(f"{exc}, or None") from None
         for name in ("break_even", "upper_bound"):
             if not isinstance(getattr(self, name), bool):
                 raise EvaluationError(f"{name}={getattr(self, name)!r} must be True or False")

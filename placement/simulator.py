@@ -69,6 +69,7 @@ __all__ = [
     "PolicyMaker",
     "SimulationResult",
     "Trace",
+    "check_overlap",
     "overlap_runs",
     "peak_live_bytes",
     "policy_roster",
@@ -196,6 +197,19 @@ def _sweep(
     return times[order], np.cumsum(delta[order])
 
 
+def check_overlap(k: Any) -> float:
+    """``k`` as runs at a time for :func:`overlap_runs` (``inf``: every run at once).
+
+    Raises
+    ------
+    ValueError
+        If ``k`` is not a positive number.
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 0:
+        raise ValueError(f"overlap k={k!r} must be a positive number of runs at a time")
+    return float(k)
+
+
 def overlap_runs(table: pd.DataFrame, k: float) -> pd.DataFrame:
     """The log with its runs replayed as a shared cluster running ``k`` at a time would.
 
@@ -212,8 +226,7 @@ def overlap_runs(table: pd.DataFrame, k: float) -> pd.DataFrame:
     ValueError
         If ``k`` is not a positive number.
     """
-    if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 0:
-        raise ValueError(f"overlap k={k!r} must be a positive number of runs at a time")
+    k = check_overlap(k)
     runs = table.groupby("run_id").agg(start=("created_at", "min"), end=("deleted_at", "max"))
     runs = runs.sort_values("start")
     duration = (runs["end"] - runs["start"]).to_numpy(np.float64)

@@ -56,8 +56,8 @@ def test_config_is_validated() -> None:
         EvaluationConfig(budgets=(0.0, 0.5))
     with pytest.raises(ValueError, match="exponent"):
         EvaluationConfig(policy_options={"exponent": -1})
-    for bad in (0, -2.0, True, "4", math.inf):
-        with pytest.raises(EvaluationError, match="overlap=.* positive number of runs"):
+    for bad in (0, -2.0, True, "4", math.nan):
+        with pytest.raises(EvaluationError, match="overlap k=.* positive number of runs"):
             EvaluationConfig(overlap=bad)
     with pytest.raises(EvaluationError, match="2 pipelines"):
         split_masks(
