@@ -196,9 +196,19 @@ _bound_option = click.option(
 )
 
 
+def _overlap(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
+    from placement.simulator import check_overlap
+
+    try:
+        return None if value is None else check_overlap(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 _overlap_option = click.option(
     "--overlap",
-    type=click.FloatRange(min=0, min_open=True),
+    type=float,
+    callback=_overlap,
     default=None,
     metavar="K",
     help="Replay the runs K at a time, as a shared cluster would: each run keeps its own "

@@ -256,8 +256,9 @@ def test_cli_overlap_option(tmp_path: Path, log_dir: Path) -> None:
     shared = json.loads(res.output)
     assert alone["overlap"] is None and shared["overlap"] == 4
     assert shared["peak_live_bytes"] > alone["peak_live_bytes"]
-    res = runner.invoke(placement_group, [*args, "--overlap", "0"])
-    assert res.exit_code == 2 and "--overlap" in res.output
+    for bad in ("0", "nan", "-1"):
+        res = runner.invoke(placement_group, [*args, "--overlap", bad])
+        assert res.exit_code == 2 and "--overlap" in res.output and "positive" in res.output
     res = runner.invoke(
         placement_group,
         ["evaluate", str(log_dir), "--out", str(tmp_path / "ev"), "--split", "time"]
