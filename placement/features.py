@@ -37,10 +37,10 @@ size. The slopes lie between 0 ("density does not depend on size") and 1
 Both were chosen by inner validation only: grouped k-fold over the pipelines *inside*
 each training fold of the pipeline split, LightGBM policy's share of the oracle's
 savings at a 5% SSD budget, mean of 3 seeds, with an earlier simulator that told
-policies each file's final size (the README records the re-check under the current
-one). A common slope of 0, 0.25,
-0.5, 0.75, 1.0 scored 0.831, 0.832, 0.829, 0.827, 0.800 (flat up to 0.75, so the
-stage slope stays 0.5); with the stage slope at 0.5, a kind slope of 0, 0.5, 1.0,
+policies each file's final size (``benchmarks/placement.md`` records the re-check
+under the current one). A common slope of 0, 0.25, 0.5, 0.75, 1.0 scored 0.831,
+0.832, 0.829, 0.827, 0.800 (flat up to 0.75, so the stage slope stays 0.5); with the
+stage slope at 0.5, a kind slope of 0, 0.5, 1.0,
 1.5 scored 0.832, 0.829, 0.840, 0.839 (1.0 also on 3 further seeds: 0.836 against
 0.831). The kind levels are the ones files of unseen pipelines fall back to. A
 separate residual model for files without stage history (trained on those files, or

@@ -21,7 +21,7 @@ of the oracle's savings at a 5% SSD budget from 0.79 to 0.83 there, and a size s
 of 1.0 at the file-kind levels of the prior
 (:data:`~placement.features.PRIOR_KIND_SIZE_SLOPE`) to 0.84. (These scores, and those
 below, were measured with an earlier simulator that told policies each file's final
-size; the README records the re-check under the current one.)
+size; ``benchmarks/placement.md`` records the re-check under the current one.)
 
 :class:`ModelSet` holds per-workload (per-pipeline) models beside a global one and
 routes each file to its pipeline's model, falling back to the global model for any
@@ -133,7 +133,7 @@ class ModelParams:
     pipeline split: the share of the oracle's savings at a 5% SSD budget on the inner
     held-out pipelines, averaged over 4 outer folds and 3 seeds. They scored highest of
     16 settings (7-63 leaves, 5-100 rows per leaf, L2 0 or 10, 300 or 600 trees): 0.840
-    against 0.823-0.840. Sample weights did not help either (see ``README.md``).
+    against 0.823-0.840. Sample weights did not help either (see ``benchmarks/placement.md``).
     """
 
     n_estimators: int = 300
