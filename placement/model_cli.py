@@ -480,7 +480,7 @@ def simulate_command(
         sim = simulate(trace, policy, cost, cap, predictions=pred, progress=not no_progress)
         sim.policy = name
         results.append(sim.to_dict())
-    payload = {
+    payload: dict[str, Any] = {
         "input": report,
         "peak_live_bytes": peak,
         "ssd_capacity_bytes": cap,

@@ -296,7 +296,7 @@ class SimulationResult:
 
 
 def savings_by_group(
-    trace: Trace, on_ssd: np.ndarray, groups: np.ndarray, cost_model: CostModel
+    trace: Trace, on_ssd: np.ndarray | None, groups: np.ndarray, cost_model: CostModel
 ) -> dict[str, float]:
     """Where a placement's savings come from: per group of files (e.g. file kind), the TCO
     saved against all-HDD by the group's files on SSD, as a share of the whole trace's
@@ -314,7 +314,17 @@ def savings_by_group(
         Per file, its group's label.
     cost_model : CostModel
         The replay's prices.
+
+    Raises
+    ------
+    ValueError
+        If ``on_ssd`` is ``None`` (a replay without ``keep_tiers=True``) or either array
+        does not hold one entry per file.
     """
+    if on_ssd is None:
+        raise ValueError(
+            "on_ssd is None: the replay kept no per-file tiers; simulate with keep_tiers=True"
+        )
     on_ssd = np.asarray(on_ssd).astype(bool)
     groups = np.asarray(groups).astype(str)
     if on_ssd.shape != (len(trace),) or groups.shape != (len(trace),):
@@ -404,9 +414,8 @@ def simulate(
         ev_create = kind[order].astype(bool).tolist()
         ev_file = (order % n).tolist()
         size_l = trace.size.tolist()
-        known_l = (
-            size_l if getattr(policy, "knows_outcome", False) else trace.known_size.tolist()
-        )
+        known = trace.size if trace.known_size is None else trace.known_size
+        known_l = size_l if getattr(policy, "knows_outcome", False) else known.tolist()
         pred_l = pred.tolist()
         ssd_flags = [False] * n
         used = 0

@@ -193,6 +193,6 @@ def savings_curve(
         all_hdd_tco_usd=float(all_hdd),
         cost_model=cost_model.to_dict(),
         wall_s=time.perf_counter() - start,
-        upper_bound=[float(r.upper_bound) for r in replays],
+        upper_bound=[math.nan if r.upper_bound is None else r.upper_bound for r in replays],
         savings_by_kind=by_kind,
     )

@@ -126,7 +126,7 @@ class ShardCache:
         request = self.builder.shard(stage, int(array.nbytes), n_shards=n_shards, key=key)
         handle = self.store.create(f"{SHARD_DIR}/{name}", request)
         try:
-            self.store.write(handle, memoryview(array).cast("B"))
+            self.store.write(handle, array.data.cast("B"))
         except BaseException:
             self.store.delete(handle, log=False)
             raise

@@ -302,3 +302,6 @@ def test_savings_by_group_splits_the_savings_exactly() -> None:
     assert savings_by_group(trace, np.zeros(3), groups, cost) == {"a": 0.0, "b": 0.0}
     with pytest.raises(ValueError, match="one entry per file"):
         savings_by_group(trace, r.tiers[:2], groups, cost)
+    no_tiers = simulate(trace, FirstFitPolicy(150), cost, 150)
+    with pytest.raises(ValueError, match="keep_tiers=True"):
+        savings_by_group(trace, no_tiers.tiers, groups, cost)
