@@ -1,0 +1,33 @@
+"""The package face: its public names, loaded on first use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import placement
+
+
+def test_every_public_name_resolves_to_its_module() -> None:
+    from placement import errors, model, simulator
+
+    assert placement.DensityModel is model.DensityModel
+    assert placement.simulate is simulator.simulate
+    assert placement.PlacementError is errors.PlacementError
+    for name in placement.__all__:
+        assert getattr(placement, name) is not None
+    assert set(placement.__all__) <= set(dir(placement))
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        placement.nothing_here  # noqa: B018
+
+
+def test_importing_the_package_imports_no_heavy_module() -> None:
+    code = (
+        "import sys, placement; "
+        "print(sorted(m for m in ('pandas', 'pyarrow', 'scipy', 'lightgbm', 'placement.model') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
