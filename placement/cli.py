@@ -167,7 +167,13 @@ def collect_command(
         raise click.UsageError(str(exc)) from exc
     # P2P logs a warning for every shuffle it starts; the suite starts hundreds
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
-    summary = collect(out_dir, options, progress=not no_progress)
+    try:
+        summary = collect(out_dir, options, progress=not no_progress)
+    except KeyboardInterrupt as exc:
+        # click's "Aborted!" would drop the note saying where the finished runs' logs are
+        for note in getattr(exc, "__notes__", []):
+            click.echo(note, err=True)
+        raise click.Abort() from None
     brief = {
         "out_dir": str(out_dir),
         "rows": summary["total"]["rows"],

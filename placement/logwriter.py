@@ -207,14 +207,22 @@ class LogSet:
 
 
 def log_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The ``*.parquet`` log files at ``path`` (a file, or a directory searched recursively),
-    skipping in-progress ``.tmp`` files."""
+    """The ``*.parquet`` log files at ``path`` (a file, or a directory searched recursively).
+
+    Hidden names below ``path`` are skipped: in-progress ``.tmp`` files and hidden
+    directories, such as the ``.parts-*`` of a collection still running or interrupted
+    (:func:`placement.workloads.collect`); give such a directory itself to read it.
+    """
     p = Path(path)
     if p.is_file():
         return [p]
     if not p.is_dir():
         raise FileNotFoundError(f"no log file or directory at {p}")
-    return sorted(f for f in p.rglob(f"*{LOG_SUFFIX}") if not f.name.startswith("."))
+    return sorted(
+        f
+        for f in p.rglob(f"*{LOG_SUFFIX}")
+        if not any(part.startswith(".") for part in f.relative_to(p).parts)
+    )
 
 
 def read_logs(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> LogSet:

@@ -934,7 +934,11 @@ def collect(
     """Run the suite and write ``io_log.parquet`` and ``summary.json`` to ``out_dir``.
 
     Existing files in ``out_dir`` other than those two are left alone; the two are
-    replaced only once the new ones are complete.
+    replaced only once the new ones are complete. While the suite runs, each finished
+    run's log rows are flushed to a hidden ``.parts-*`` directory of ``out_dir``, which
+    readers of ``out_dir`` skip (:func:`placement.logwriter.log_files`). If the
+    collection is interrupted or fails, that directory is kept and the exception gets a
+    note naming it: its logs are whole runs, readable by every placement command.
 
     Returns
     -------
@@ -955,7 +959,7 @@ def collect(
     options = options or CollectOptions()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    parts_dir = out / f"parts-{uuid.uuid4().hex[:8]}"
+    parts_dir = out / f".parts-{uuid.uuid4().hex[:8]}"
     scratch_parent = options.scratch_dir
     scratch = Path(tempfile.mkdtemp(prefix="placement-collect-", dir=scratch_parent))
     results: list[RunResult] = []
@@ -1021,8 +1025,24 @@ def collect(
         os.replace(tmp_json, out / SUMMARY_FILE)
         shutil.rmtree(parts_dir, ignore_errors=True)
         return summary
+    except BaseException as exc:
+        _note_kept_parts(exc, parts_dir, results)
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _note_kept_parts(exc: BaseException, parts_dir: Path, results: Sequence[RunResult]) -> None:
+    """Tell (in a note on ``exc`` and in the log) where the finished runs' logs were kept."""
+    if not parts_dir.is_dir() or not any(parts_dir.rglob("*.parquet")):
+        return
+    note = (
+        f"the logs of the {len(results)} run(s) finished before this are kept in {parts_dir}; "
+        f"every placement command reads that directory (dataplane placement train {parts_dir} "
+        "--out model/), and readers of its parent skip it"
+    )
+    exc.add_note(note)
+    logger.warning("collection stopped: %s", note)
 
 
 def _spread(values: np.ndarray) -> dict[str, float | None]:

@@ -210,3 +210,47 @@ def test_dropping_shards_after_a_failed_run_does_not_hide_the_run_error(
             refs.append(ref)
             raise ValueError("the run's own error")
     assert "dropping 1 cache shard(s) after a failed run failed" in caplog.text
+
+
+@pytest.mark.timeout(300)
+def test_an_interrupted_collection_keeps_finished_runs_apart_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    from placement.logwriter import log_files, read_logs
+    from tests.placement.logtables import make_log
+
+    earlier = make_log(seed=1)
+    pq.write_table(earlier, tmp_path / "io_log.parquet")
+    options = CollectOptions(pipelines=["df_shuffle", "persist_reuse"], sizes=["small"], seeds=[0])
+
+    def stop_after_first(result) -> None:  # the user's Ctrl-C, after one finished run
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        collect(tmp_path, options, progress=False, on_run=stop_after_first)
+    # the earlier log is untouched, and readers of the directory see only it
+    assert pq.read_table(tmp_path / "io_log.parquet").equals(earlier)
+    assert log_files(tmp_path) == [tmp_path / "io_log.parquet"]
+    assert read_logs(tmp_path).table.num_rows == earlier.num_rows
+    # the finished run's logs are kept in the hidden parts directory the note names
+    (parts,) = [p for p in tmp_path.iterdir() if p.name.startswith(".parts-")]
+    notes = getattr(info.value, "__notes__", [])
+    assert len(notes) == 1 and str(parts) in notes[0] and "1 run(s)" in notes[0]
+    kept = read_logs(parts).table.to_pandas()
+    assert set(kept["pipeline"]) == {"df_shuffle"} and kept["run_id"].nunique() == 1
+
+
+def test_cli_collect_interrupted_prints_where_the_runs_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import placement.workloads as workloads
+
+    def interrupted(*_args, **_kwargs):
+        exc = KeyboardInterrupt()
+        exc.add_note("the logs of the 3 run(s) finished before this are kept in X/.parts-1")
+        raise exc
+
+    monkeypatch.setattr(workloads, "collect", interrupted)
+    res = CliRunner().invoke(placement_group, ["collect", str(tmp_path), "--no-progress"])
+    assert res.exit_code == 1
+    assert "kept in X/.parts-1" in res.output and "Aborted!" in res.output
