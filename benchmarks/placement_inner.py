@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/placement_inner.py [LOG_DIR_OR_FILES...] [--basis before|after]
         [--variants default,kind-slope-0.5,stage-slope-0] [--seeds 0,1,2] [--overlap K]
+        [--split pipeline|time]
 
 For each outer fold of the pipeline split (exactly the folds of
 :func:`placement.evaluate.evaluate`), only that fold's *training* rows are evaluated
@@ -11,6 +12,10 @@ again with a grouped k-fold over their own pipelines (4 inner folds), so the hel
 pipelines never inform a setting. Printed per variant: the LightGBM policy's share of
 the oracle's savings at a 5% SSD budget, and that of the same threshold fed the true
 density, each the mean over outer folds and model seeds.
+
+With ``--split time`` the outer split is the time split instead, and its training runs
+are split again by time (each pipeline's latest third held out); the per-pipeline
+models' share is printed too (combined with the global model as the variant says).
 
 With ``--overlap K`` the log is first replayed with ``K`` runs at a time
 (:func:`placement.simulator.overlap_runs`), as on a shared cluster.
@@ -26,7 +31,9 @@ Variants (each with the threshold at ``--basis``):
   schema 2) blanked, as if the worker had not reported them;
 * ``exponent-X``: the adaptive threshold's ``exponent`` X (0.125, 0.25, 0.5, 1.0)
   instead of the policy's default (the admitted share of recent bytes is
-  ``(1 - occupancy) ** exponent``).
+  ``(1 - occupancy) ** exponent``);
+* ``combine-own``: per-pipeline models used alone instead of averaged with the global
+  model (:class:`placement.model.Combine`; ``--split time`` only).
 
 The slope variants change :data:`placement.features.PRIOR_SIZE_SLOPES` in this
 process only. About 1.5-2 minutes per variant on 2 cores for 20,321 rows and 3 seeds.
@@ -66,6 +73,8 @@ class Variant:
     blanked: tuple[str, ...] = ()
     #: Options of the threshold policies it sets.
     options: dict[str, float] = field(default_factory=dict)
+    #: How per-pipeline models combine with the global one (time split).
+    combine: str = "mean"
 
 
 VARIANTS: dict[str, Variant] = {
@@ -74,32 +83,42 @@ VARIANTS: dict[str, Variant] = {
     "stage-slope-0": Variant(slopes={"ps": 0.0, "s": 0.0}),
     "no-reuse-facts": Variant(blanked=("reuse_distance", "n_dependents")),
     **{f"exponent-{x:g}": Variant(options={"exponent": x}) for x in (0.125, 0.25, 0.5, 1.0)},
+    "combine-own": Variant(combine="own"),
 }
 
 
 def inner_scores(
-    df, basis: str, seeds: list[int], options: dict | None = None
-) -> tuple[float, float]:
-    """Mean (LightGBM, true-density) share of the oracle at 5% over outer folds and seeds."""
-    lgbm, true = [], []
-    for train, _held in split_masks(df, EvaluationConfig(split="pipeline")):
+    df,
+    basis: str,
+    seeds: list[int],
+    options: dict | None = None,
+    *,
+    split: str = "pipeline",
+    combine: str = "mean",
+) -> tuple[float, float, float]:
+    """Mean (LightGBM, true-density, per-pipeline models) share of the oracle at 5% over
+    outer folds and seeds (the last ``NaN`` on the pipeline split)."""
+    lgbm, true, per_workload = [], [], []
+    for train, _held in split_masks(df, EvaluationConfig(split=split)):
         inner = df.loc[train].reset_index(drop=True)
         for seed in seeds:
             r = evaluate(
                 inner,
                 EvaluationConfig(
-                    split="pipeline",
+                    split=split,
                     folds=4,
                     budgets=(0.05,),
                     params=ModelParams(seed=seed),
                     policy_options={"occupancy_basis": basis, **(options or {})},
                     upper_bound=False,
+                    combine=combine,
                 ),
             )
             oracle = r.goals["5%"]["oracle"]
             lgbm.append(r.goals["5%"]["oracle_capture"])
             true.append(r.savings["threshold+true-density"]["5%"] / oracle)
-    return float(np.mean(lgbm)), float(np.mean(true))
+            per_workload.append(r.goals["5%"].get("per_workload_oracle_capture", np.nan))
+    return float(np.mean(lgbm)), float(np.mean(true)), float(np.mean(per_workload))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--overlap", type=float, default=None, help="replay K runs at a time (shared cluster)"
     )
+    ap.add_argument("--split", choices=("pipeline", "time"), default="pipeline")
     args = ap.parse_args(argv)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
@@ -129,23 +149,36 @@ def main(argv: list[str] | None = None) -> int:
         "basis": args.basis,
         "seeds": seeds,
         "overlap": args.overlap,
+        "split": args.split,
     }
     for name in names:
         features.PRIOR_SIZE_SLOPES.update(shipped)
         variant = VARIANTS[name]
         features.PRIOR_SIZE_SLOPES.update(variant.slopes)
         blank = {c: np.nan for c in variant.blanked}
-        lgbm, true = inner_scores(df.assign(**blank), args.basis, seeds, variant.options)
-        rows.append([name, f"{lgbm:.4f}", f"{true:.4f}"])
-        payload[name] = {"lightgbm": lgbm, "true_density": true}
-        print(f"{name}: lightgbm {lgbm:.4f}, threshold fed the true density {true:.4f}", flush=True)
+        lgbm, true, pw = inner_scores(
+            df.assign(**blank),
+            args.basis,
+            seeds,
+            variant.options,
+            split=args.split,
+            combine=variant.combine,
+        )
+        rows.append([name, f"{lgbm:.4f}", f"{pw:.4f}", f"{true:.4f}"])
+        payload[name] = {"lightgbm": lgbm, "per_workload": pw, "true_density": true}
+        print(
+            f"{name}: lightgbm {lgbm:.4f}, per-pipeline models {pw:.4f}, "
+            f"threshold fed the true density {true:.4f}",
+            flush=True,
+        )
     features.PRIOR_SIZE_SLOPES.update(shipped)
     overlap = f", {args.overlap:g} runs at a time" if args.overlap is not None else ""
     print(
-        f"\n== inner validation, threshold at the occupancy {args.basis} the file, "
-        f"seeds {seeds}{overlap}"
+        f"\n== inner validation ({args.split} split), threshold at the occupancy {args.basis} "
+        f"the file, seeds {seeds}{overlap}"
     )
-    print(format_table(["variant", "LightGBM share", "true-density share"], rows))
+    head = ["variant", "LightGBM share", "per-pipeline share", "true-density share"]
+    print(format_table(head, rows))
     print(f"\nwrote {write_results('placement_inner', payload)}")
     return 0
 

@@ -16,7 +16,9 @@ Protocol
    ``time``
        The last ``test_fraction`` of each pipeline's runs (by start time) are held
        out; one model (and per-pipeline models) trained on the earlier runs; only
-       the held-out rows are replayed.
+       the held-out rows are replayed. The per-pipeline models predict as a
+       :class:`~placement.model.ModelSet` would (by default the mean of a
+       pipeline's model and the global one: ``combine``).
 
 4. Each policy (:mod:`placement.policy`) replays the test rows
    (:func:`placement.replay.replay_budgets`) at SSD budgets that are shares of the
@@ -67,7 +69,7 @@ from placement.features import (
     features_from_request,
     log_density,
 )
-from placement.model import DensityModel, ModelParams
+from placement.model import Combine, DensityModel, ModelParams, ModelSet
 from placement.policy import AdaptiveThresholdPolicy
 from placement.replay import replay_budgets
 from placement.simulator import (
@@ -128,7 +130,10 @@ class EvaluationConfig:
     test_fraction : float
         Share of each pipeline's runs held out by the time split, in (0, 1).
     per_workload : bool
-        Also train per-pipeline models (time split only) and evaluate them.
+        Also train per-pipeline models (time split only) and evaluate them, combined
+        with the global model as ``combine`` says (:class:`placement.model.ModelSet`).
+    combine : Combine or str
+        ``mean`` (default, as :class:`~placement.model.ModelSet`) or ``own``.
     params : ModelParams
         LightGBM settings.
     cost_model : CostModel
@@ -158,6 +163,7 @@ class EvaluationConfig:
     folds: int = 4
     test_fraction: float = 1 / 3
     per_workload: bool = True
+    combine: Combine = Combine.MEAN
     params: ModelParams = dataclasses.field(default_factory=ModelParams)
     cost_model: CostModel = dataclasses.field(default_factory=CostModel)
     policy_options: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -180,6 +186,12 @@ class EvaluationConfig:
         object.__setattr__(self, "budgets", budgets)
         if not isinstance(self.folds, int) or self.folds < 2:
             raise EvaluationError(f"folds={self.folds!r} must be an int >= 2")
+        try:
+            object.__setattr__(self, "combine", Combine(self.combine))
+        except ValueError:
+            raise EvaluationError(
+                f"combine={self.combine!r} must be one of {[c.value for c in Combine]}"
+            ) from None
         if not 0 < self.test_fraction < 1:
             raise EvaluationError(f"test_fraction={self.test_fraction!r} must be in (0, 1)")
         if self.overlap is not None:
@@ -448,13 +460,15 @@ def evaluate(
             importances[name] = importances.get(name, 0.0) + v / len(folds)
         model_for_measure = model_for_measure or model
         if config.split is Split.TIME and config.per_workload:
-            pred_pw[held] = pred[held]
+            own: dict[str, DensityModel] = {}
             for name in sorted(set(pipes[held])):
                 tr = train & (pipes == name)
                 if tr.sum() >= 100:
-                    m = DensityModel(config.params).fit_features(features.loc[tr], target[tr])
-                    te = held & (pipes == name)
-                    pred_pw[te] = m.predict(features.loc[te])
+                    own[name] = DensityModel(config.params).fit_features(
+                        features.loc[tr], target[tr]
+                    )
+            models = ModelSet(model, own, combine=config.combine)
+            pred_pw[held] = models.predict(features.loc[held], pipes[held])
 
     tdf = df.loc[test].reset_index(drop=True)
     # what each test file is expected to reach, known at its creation: the SSD policies reserve it
@@ -522,6 +536,7 @@ def evaluate(
             "budgets": list(config.budgets),
             "folds": len(folds),
             "test_fraction": config.test_fraction if config.split is Split.TIME else None,
+            "combine": config.combine.value,
             "params": dataclasses.asdict(config.params),
             "cost_model": config.cost_model.to_dict(),
             "policy_options": dict(config.policy_options),

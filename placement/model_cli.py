@@ -140,6 +140,13 @@ def _input_text(report: dict[str, Any]) -> str:
     help="Fewest rows a pipeline needs for its own model.",
 )
 @click.option(
+    "--combine",
+    type=click.Choice(["mean", "own"]),
+    default="mean",
+    show_default=True,
+    help="A pipeline with its own model gets the mean of it and the global model, or its own alone.",
+)
+@click.option(
     "--trees", default=300, show_default=True, type=click.IntRange(1), help="Boosting rounds."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -149,6 +156,7 @@ def train_command(
     out_dir: Path,
     per_workload: bool,
     min_rows: int,
+    combine: str,
     trees: int,
     as_json: bool,
     no_progress: bool,
@@ -165,6 +173,7 @@ def train_command(
             per_workload=per_workload,
             min_rows=min_rows,
             params=ModelParams(n_estimators=trees),
+            combine=combine,
         )
         models.save(out_dir)
     except PlacementError as exc:
@@ -175,6 +184,7 @@ def train_command(
         "input": report,
         "trained_rows": models.global_model.metadata.get("trained_rows"),
         "per_pipeline_models": sorted(models.per_pipeline),
+        "combine": models.combine.value,
         "feature_importances_gain_top10": top,
     }
     text = (

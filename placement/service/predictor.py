@@ -85,7 +85,7 @@ class Predictor:
         if self.models is None:
             return -math.log10(max(int(size_bytes), 1))
         row = features_from_request(request, self.history)
-        return self.models.model_for(request.pipeline).predict_one(row)
+        return self.models.predict_one(row, request.pipeline)
 
     def predict_many(self, requests: Sequence[FileRequest], sizes: Sequence[int]) -> np.ndarray:
         """Predicted log10 densities of a batch (one call per pipeline's model)."""

@@ -56,6 +56,8 @@ def test_config_is_validated() -> None:
         EvaluationConfig(budgets=(0.0, 0.5))
     with pytest.raises(ValueError, match="exponent"):
         EvaluationConfig(policy_options={"exponent": -1})
+    with pytest.raises(EvaluationError, match="combine='best' must be one of"):
+        EvaluationConfig(combine="best")
     for bad in (0, -2.0, True, "4", math.nan):
         with pytest.raises(EvaluationError, match="overlap k=.* positive number of runs"):
             EvaluationConfig(overlap=bad)
@@ -161,8 +163,9 @@ def test_cli_train_reports_bad_inputs_and_saves(tmp_path: Path, log_dir: Path) -
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
     assert payload["input"]["bad_files"] == 2 and payload["input"]["files_read"] == 2
-    assert len(payload["per_pipeline_models"]) == 4
+    assert len(payload["per_pipeline_models"]) == 4 and payload["combine"] == "mean"
     assert (out / "models.json").is_file() and (out / "global" / "model.txt").is_file()
+    assert json.loads((out / "models.json").read_text())["combine"] == "mean"
 
     res = runner.invoke(
         placement_group,
@@ -239,6 +242,7 @@ def test_overlap_replays_the_runs_at_once_before_the_split() -> None:
     alone = evaluate(log, EvaluationConfig(**config))
     shared = evaluate(log, EvaluationConfig(**config, overlap=4))
     assert alone.config["overlap"] is None and shared.config["overlap"] == 4
+    assert alone.config["combine"] == "mean"
     # the same test files, but more of them live at once: a larger peak, so a larger SSD
     assert shared.rows["test"] == alone.rows["test"]
     assert shared.peak_live_bytes > alone.peak_live_bytes

@@ -19,7 +19,7 @@ from placement.features import (
     features_from_request,
     log_density,
 )
-from placement.model import DensityModel, ModelParams, ModelSet
+from placement.model import Combine, DensityModel, ModelParams, ModelSet
 from placement.schema import SCHEMA_VERSION
 from tests.placement.logtables import make_log
 
@@ -169,13 +169,47 @@ def test_model_set_routes_per_pipeline_with_global_fallback(
     own.save(tmp_path / "own")
     models.add("pipe1", tmp_path / "own")
     names = log["pipeline"].to_numpy()
-    pred = models.predict(feats, names)
-    base = models.global_model.predict(feats)
     pipe1 = names == "pipe1"
-    assert np.mean(pred[pipe1] - base[pipe1]) > 2.0
+    base = models.global_model.predict(feats)
+    # by default a pipeline's own model is averaged with the global one
+    assert models.combine is Combine.MEAN
+    pred = models.predict(feats, names)
+    np.testing.assert_allclose(pred[pipe1], (own.predict(feats[pipe1]) + base[pipe1]) / 2)
+    assert 1.0 < np.mean(pred[pipe1] - base[pipe1]) < 2.0
+    # ... or used alone
+    alone = ModelSet(models.global_model, models.per_pipeline, combine="own")
+    np.testing.assert_allclose(alone.predict(feats, names)[pipe1], own.predict(feats[pipe1]))
+    assert np.mean(alone.predict(feats, names)[pipe1] - base[pipe1]) > 2.0
+    # the single-row path agrees with the batch path in both modes
+    row = feats.to_numpy(np.float64)[np.flatnonzero(pipe1)[0]]
+    for m in (models, alone):
+        batch = m.predict(row.reshape(1, -1), "pipe1")[0]
+        assert m.predict_one(row, "pipe1") == pytest.approx(batch, abs=1e-9)
+        assert m.predict_one(row, "unknown") == pytest.approx(base[pipe1][0], abs=1e-9)
     np.testing.assert_array_equal(models.predict(feats, ["unknown"] * len(feats)), base)
     models.save(tmp_path / "set")
     again = ModelSet.load(tmp_path / "set")
+    assert again.combine is Combine.MEAN
     np.testing.assert_allclose(again.predict(feats, names), pred)
+    alone.save(tmp_path / "alone")
+    assert ModelSet.load(tmp_path / "alone").combine is Combine.OWN
     # a single model directory loads as a set with only the global model
     assert ModelSet.load(tmp_path / "own").per_pipeline == {}
+    with pytest.raises(ValueError, match="combine='best'"):
+        ModelSet(models.global_model, combine="best")
+
+
+def test_model_sets_saved_before_combine_keep_using_own_models(
+    tmp_path: Path, log: pd.DataFrame
+) -> None:
+    models = ModelSet.fit(log, per_workload=True, min_rows=50, params=FAST, combine="own")
+    models.save(tmp_path / "set")
+    index = tmp_path / "set" / "models.json"
+    meta = json.loads(index.read_text())
+    del meta["combine"]
+    index.write_text(json.dumps(meta))
+    assert ModelSet.load(tmp_path / "set").combine is Combine.OWN
+    meta["combine"] = "median"
+    index.write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="combine='median'.*upgrade"):
+        ModelSet.load(tmp_path / "set")
