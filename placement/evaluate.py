@@ -172,12 +172,8 @@ class EvaluationConfig:
     overlap: float | None = None
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "split", Split(self.split))
-        except ValueError:
-            raise EvaluationError(
-                f"split={self.split!r} must be one of {[s.value for s in Split]}"
-            ) from None
+        object.__setattr__(self, "split", _member(Split, self.split, "split"))
+        object.__setattr__(self, "combine", _member(Combine, self.combine, "combine"))
         budgets = tuple(float(b) for b in self.budgets)
         if not budgets or any(not (0 < b <= 1) for b in budgets):
             raise EvaluationError(
@@ -186,12 +182,6 @@ class EvaluationConfig:
         object.__setattr__(self, "budgets", budgets)
         if not isinstance(self.folds, int) or self.folds < 2:
             raise EvaluationError(f"folds={self.folds!r} must be an int >= 2")
-        try:
-            object.__setattr__(self, "combine", Combine(self.combine))
-        except ValueError:
-            raise EvaluationError(
-                f"combine={self.combine!r} must be one of {[c.value for c in Combine]}"
-            ) from None
         if not 0 < self.test_fraction < 1:
             raise EvaluationError(f"test_fraction={self.test_fraction!r} must be in (0, 1)")
         if self.overlap is not None:
@@ -209,6 +199,16 @@ class EvaluationConfig:
                 "break-even test out)"
             )
         AdaptiveThresholdPolicy(0, **self.policy_options)  # validates the options
+
+
+def _member(kind: type[enum.Enum], value: Any, name: str) -> Any:
+    """``value`` as a member of the enum ``kind``, or an error naming ``name`` and the choices."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise EvaluationError(
+            f"{name}={value!r} must be one of {[m.value for m in kind]}"
+        ) from None
 
 
 @dataclasses.dataclass
