@@ -636,11 +636,15 @@ class ModelSet:
             else self.global_model
         )
 
-    def _predict_one_pipeline(self, x: np.ndarray, pipeline: str | None) -> np.ndarray:
+    def _models_for(self, pipeline: str | None) -> tuple[DensityModel, ...]:
+        """The models whose mean predicts for ``pipeline`` (as :attr:`combine` says)."""
         own = self.model_for(pipeline)
         if own is self.global_model or self.combine is Combine.OWN:
-            return own.predict(x)
-        return (own.predict(x) + self.global_model.predict(x)) / 2.0
+            return (own,)
+        return (own, self.global_model)
+
+    def _predict_one_pipeline(self, x: np.ndarray, pipeline: str | None) -> np.ndarray:
+        return np.mean([m.predict(x) for m in self._models_for(pipeline)], axis=0)
 
     def predict(self, features: Any, pipelines: Any = None) -> np.ndarray:
         """Predicted log10 density; ``pipelines`` (one name, or one per row) picks the models
@@ -659,10 +663,8 @@ class ModelSet:
 
     def predict_one(self, row: np.ndarray, pipeline: str | None = None) -> float:
         """Predicted log10 density of one feature row of ``pipeline`` (the live path)."""
-        own = self.model_for(pipeline)
-        if own is self.global_model or self.combine is Combine.OWN:
-            return own.predict_one(row)
-        return (own.predict_one(row) + self.global_model.predict_one(row)) / 2.0
+        models = self._models_for(pipeline)
+        return sum(m.predict_one(row) for m in models) / len(models)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``global/`` and ``pipelines/<i>/`` model directories and ``models.json``."""
