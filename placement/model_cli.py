@@ -144,7 +144,7 @@ def _input_text(report: dict[str, Any]) -> str:
     type=click.Choice(["mean", "own"]),
     default="mean",
     show_default=True,
-    help="A pipeline with its own model gets the mean of it and the global model, or its own alone.",
+    help="A pipeline with its own model gets the mean of it and the global model, or it alone.",
 )
 @click.option(
     "--trees", default=300, show_default=True, type=click.IntRange(1), help="Boosting rounds."
