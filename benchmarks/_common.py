@@ -138,7 +138,9 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table: first column left, the others right."""
+    """A plain-text table: first column left, the others right, as
+    :func:`placement.text.text_table` lays them out. (Not imported from there: on a
+    benchmark's path ``placement`` is this folder's ``placement.py``.)"""
     align = ("left",) + ("right",) * (len(headers) - 1)
     cells = [[str(c) for c in row] for row in rows]
     return tabulate(

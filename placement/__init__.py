@@ -20,7 +20,8 @@ Modules, in the order data flows through them:
   :mod:`placement.bound` bounds what any placement could save; :mod:`placement.replay`
   runs every policy at each budget.
 * :mod:`placement.evaluate`: trains on part of a log and replays the rest
-  (``dataplane placement evaluate``; the commands are :mod:`placement.cli`).
+  (``dataplane placement evaluate``; the commands are :mod:`placement.cli`, their tables
+  :mod:`placement.text`).
 * :mod:`placement.storage` (worker side) and :mod:`placement.service` (scheduler side):
   the placement running on a Dask cluster, loaded by ``--preload placement.dask``.
 

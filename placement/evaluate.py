@@ -57,7 +57,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from tabulate import tabulate
 
 from placement.cost import DEFAULT_BUDGETS, CostModel, focus_budget_index
 from placement.errors import PlacementError
@@ -80,6 +79,7 @@ from placement.simulator import (
     policy_roster,
     savings_by_group,
 )
+from placement.text import text_table
 
 __all__ = [
     "DEFAULT_BUDGETS",
@@ -247,7 +247,7 @@ class EvaluationResult:
             for name, per in {**self.savings, UPPER_BOUND: self.upper_bound}.items()
             if per
         ]
-        return _text_table(head, rows)
+        return text_table(head, rows)
 
     def kind_table(self, budget: str | None = None) -> str:
         """Where each policy's savings at ``budget`` come from: points of the all-HDD TCO
@@ -271,7 +271,7 @@ class EvaluationResult:
             for name, per in parts.items()
             if name != "all-hdd"
         ]
-        return _text_table([f"policy ({budget} SSD)", *kinds, "total"], rows)
+        return text_table([f"policy ({budget} SSD)", *kinds, "total"], rows)
 
     def plot(self, path: str | os.PathLike[str]) -> Path:
         """Savings against SSD budget, one line per policy, as a PNG."""
@@ -325,12 +325,6 @@ class EvaluationResult:
         paths["table"].write_text(text)
         self.plot(paths["png"])
         return paths
-
-
-def _text_table(head: list[str], rows: list[list[str]]) -> str:
-    """``rows`` under ``head`` as aligned text: first column left, the others right."""
-    align = ("left",) + ("right",) * (len(head) - 1)
-    return tabulate(rows, headers=head, tablefmt="simple", colalign=align, disable_numparse=True)
 
 
 def _json_default(value: Any) -> Any:

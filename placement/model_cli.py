@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from tabulate import tabulate
 
 from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
 from placement.errors import ModelError, PlacementError
+from placement.text import text_table
 
 logger = logging.getLogger(__name__)
 
@@ -520,15 +520,7 @@ def simulate_command(
     if bound:
         saved = 100 * payload["upper_bound"]["savings_fraction"]
         rows.append(["upper bound (LP)", f"{saved:.2f}%", "", "", ""])
-    lines.append(
-        tabulate(
-            rows,
-            headers=["policy", "savings", "SSD I/O", "SSD files", "HDD overload s"],
-            tablefmt="simple",
-            colalign=("left", "right", "right", "right", "right"),
-            disable_numparse=True,
-        )
-    )
+    lines.append(text_table(["policy", "savings", "SSD I/O", "SSD files", "HDD overload s"], rows))
     if bound:
         lines.append("upper bound (LP): no placement of these files saves more")
     _emit(payload, as_json, "\n".join(lines))

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-from tabulate import tabulate
+
+from placement.text import text_table
 
 
 def _fmt_bytes(n: float) -> str:
@@ -61,8 +62,7 @@ def split_table(split: Any) -> str:
                 f"{100 * r['io_share']:.1f}%",
             ]
         )
-    align = ("left", "left") + ("right",) * (len(headers) - 2)
-    return tabulate(rows, headers=headers, tablefmt="simple", colalign=align, disable_numparse=True)
+    return text_table(headers, rows, left=2)
 
 
 @click.command("serve", context_settings={"help_option_names": ["-h", "--help"]})

@@ -31,3 +31,15 @@ def test_importing_the_package_imports_no_heavy_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_text_table_aligns_text_left_and_numbers_right() -> None:
+    from placement.text import text_table
+
+    lines = text_table(["tier", "kind", "files"], [["ssd", "spill", 3], ["hdd", "shuffle", 40]], left=2)
+    lines = lines.splitlines()
+    assert lines[0].split() == ["tier", "kind", "files"] and set(lines[1]) == {"-", " "}
+    assert lines[2].startswith("ssd") and lines[2].endswith(" 3")
+    assert lines[3].index("shuffle") == lines[0].index("kind")
+    # cells are printed as given: "007" stays "007"
+    assert "007" in text_table(["id"], [["007"]])
