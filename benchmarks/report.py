@@ -72,18 +72,22 @@ def source_table(sources: list[Path] | None = None) -> tuple[pa.Table, str]:
     default ``data/placement/logs`` if it holds logs, else the Spark event logs.
     """
     from logs_analysis.readers import read_table
+    from placement.logwriter import log_files
 
     if sources:
         files = []
         for src in sources:
-            found = sorted(src.glob("*.parquet")) if src.is_dir() else [src]
-            if not found or not all(f.is_file() for f in found):
+            try:
+                found = log_files(src)
+            except FileNotFoundError:
+                found = []
+            if not found:
                 raise SystemExit(
                     f"--source {src}: no Parquet logs there; run `dataplane placement collect {src}`"
                 )
             files += found
     else:
-        files = sorted(WORKLOAD_LOGS.glob("*.parquet")) if WORKLOAD_LOGS.is_dir() else []
+        files = log_files(WORKLOAD_LOGS) if WORKLOAD_LOGS.is_dir() else []
     if files:
         table, _ = read_table(files)
         return table, f"workload-suite logs ({', '.join(_shown(f) for f in files)})"
