@@ -21,7 +21,7 @@ level after each event time (:func:`_solve`), two matrix entries per file.
 
 Solved with SciPy's HiGHS (``scipy.optimize.linprog``; a well-kept solver rather than
 a hand-written one). ``benchmarks/placement.py`` prints the program's size and solve
-time: on the workload suite's 42,475 files (~85,000 event times) 1.3-6.4 s per budget
+time: on the workload suite's 42,475 files (~85,000 event times) 1.3-7.7 s per budget
 on 2 cores, the runs replayed as collected or up to 16 at a time.
 """
 

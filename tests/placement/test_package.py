@@ -36,8 +36,8 @@ def test_importing_the_package_imports_no_heavy_module() -> None:
 def test_text_table_aligns_text_left_and_numbers_right() -> None:
     from placement.text import text_table
 
-    lines = text_table(["tier", "kind", "files"], [["ssd", "spill", 3], ["hdd", "shuffle", 40]], left=2)
-    lines = lines.splitlines()
+    rows = [["ssd", "spill", 3], ["hdd", "shuffle", 40]]
+    lines = text_table(["tier", "kind", "files"], rows, left=2).splitlines()
     assert lines[0].split() == ["tier", "kind", "files"] and set(lines[1]) == {"-", " "}
     assert lines[2].startswith("ssd") and lines[2].endswith(" 3")
     assert lines[3].index("shuffle") == lines[0].index("kind")
