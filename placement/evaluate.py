@@ -68,7 +68,14 @@ from placement.features import (
     features_from_request,
     log_density,
 )
-from placement.model import Combine, DensityModel, ModelParams, ModelSet
+from placement.model import (
+    MIN_PIPELINE_ROWS,
+    Combine,
+    DensityModel,
+    ModelParams,
+    ModelSet,
+    check_min_rows,
+)
 from placement.policy import AdaptiveThresholdPolicy
 from placement.replay import replay_budgets
 from placement.simulator import (
@@ -134,6 +141,9 @@ class EvaluationConfig:
         with the global model as ``combine`` says (:class:`placement.model.ModelSet`).
     combine : Combine or str
         ``mean`` (default, as :class:`~placement.model.ModelSet`) or ``own``.
+    min_rows : int
+        Fewest training rows a pipeline needs for its own model (default
+        :data:`placement.model.MIN_PIPELINE_ROWS`, as ``dataplane placement train``).
     params : ModelParams
         LightGBM settings.
     cost_model : CostModel
@@ -164,6 +174,7 @@ class EvaluationConfig:
     test_fraction: float = 1 / 3
     per_workload: bool = True
     combine: Combine = Combine.MEAN
+    min_rows: int = MIN_PIPELINE_ROWS
     params: ModelParams = dataclasses.field(default_factory=ModelParams)
     cost_model: CostModel = dataclasses.field(default_factory=CostModel)
     policy_options: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -182,6 +193,10 @@ class EvaluationConfig:
         object.__setattr__(self, "budgets", budgets)
         if not isinstance(self.folds, int) or self.folds < 2:
             raise EvaluationError(f"folds={self.folds!r} must be an int >= 2")
+        try:
+            check_min_rows(self.min_rows)
+        except ValueError as exc:
+            raise EvaluationError(str(exc)) from None
         if not 0 < self.test_fraction < 1:
             raise EvaluationError(f"test_fraction={self.test_fraction!r} must be in (0, 1)")
         if self.overlap is not None:
@@ -454,14 +469,16 @@ def evaluate(
             importances[name] = importances.get(name, 0.0) + v / len(folds)
         model_for_measure = model_for_measure or model
         if config.split is Split.TIME and config.per_workload:
-            own: dict[str, DensityModel] = {}
-            for name in sorted(set(pipes[held])):
-                tr = train & (pipes == name)
-                if tr.sum() >= 100:
-                    own[name] = DensityModel(config.params).fit_features(
-                        features.loc[tr], target[tr]
-                    )
-            models = ModelSet(model, own, combine=config.combine)
+            models = ModelSet.from_global(
+                model,
+                features.loc[train],
+                target[train],
+                pipes[train],
+                min_rows=config.min_rows,
+                only=pipes[held],
+                params=config.params,
+                combine=config.combine,
+            )
             pred_pw[held] = models.predict(features.loc[held], pipes[held])
 
     tdf = df.loc[test].reset_index(drop=True)
@@ -531,6 +548,7 @@ def evaluate(
             "folds": len(folds),
             "test_fraction": config.test_fraction if config.split is Split.TIME else None,
             "combine": config.combine.value,
+            "min_rows": config.min_rows,
             "params": dataclasses.asdict(config.params),
             "cost_model": config.cost_model.to_dict(),
             "policy_options": dict(config.policy_options),

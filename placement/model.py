@@ -64,7 +64,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +104,10 @@ PRIOR_FEATURE = "h_prior_ld"
 MODEL_FILE = "model.txt"
 META_FILE = "model.json"
 SET_FILE = "models.json"
+#: Fewest training rows a pipeline needs for its own model, in :meth:`ModelSet.fit` and in
+#: :func:`placement.evaluate.evaluate`'s per-workload policy alike, so that what evaluate
+#: measures is what ``dataplane placement train --per-workload`` builds.
+MIN_PIPELINE_ROWS = 100
 
 
 def _lgb() -> Any:
@@ -557,6 +561,19 @@ class Combine(str, enum.Enum):
         return self.value
 
 
+def check_min_rows(n: Any) -> int:
+    """``n`` as the fewest rows a pipeline needs for its own model.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not an int >= 1.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"min_rows={n!r} must be an int >= 1")
+    return n
+
+
 class ModelSet:
     """Per-workload density models with a global fallback.
 
@@ -598,7 +615,7 @@ class ModelSet:
         history: HistoryStore | None = None,
         *,
         per_workload: bool = True,
-        min_rows: int = 200,
+        min_rows: int = MIN_PIPELINE_ROWS,
         params: ModelParams | None = None,
         combine: Combine | str = Combine.MEAN,
     ) -> ModelSet:
@@ -611,11 +628,54 @@ class ModelSet:
         target = log_density(df)
         global_model = DensityModel(params).fit_features(features, target)
         global_model.metadata["pipelines"] = sorted(map(str, df["pipeline"].unique()))
+        pipes = df["pipeline"].astype(str).to_numpy()
+        return cls.from_global(
+            global_model,
+            features,
+            target,
+            pipes,
+            min_rows=min_rows if per_workload else None,
+            params=params,
+            combine=combine,
+        )
+
+    @classmethod
+    def from_global(
+        cls,
+        global_model: DensityModel,
+        features: pd.DataFrame,
+        target: np.ndarray,
+        pipelines: np.ndarray,
+        *,
+        min_rows: int | None = MIN_PIPELINE_ROWS,
+        only: Iterable[str] | None = None,
+        params: ModelParams | None = None,
+        combine: Combine | str = Combine.MEAN,
+    ) -> ModelSet:
+        """A set of ``global_model`` and a model per pipeline trained on its own rows.
+
+        Parameters
+        ----------
+        global_model : DensityModel
+            The trained global model.
+        features, target, pipelines
+            The training rows' features, log10 densities and pipeline names (aligned).
+        min_rows : int, optional
+            Fewest rows a pipeline needs for its own model; ``None``: no per-pipeline models.
+        only : iterable of str, optional
+            Train models for these pipelines alone (default: every pipeline in the rows).
+        params : ModelParams, optional
+            LightGBM settings of the per-pipeline models.
+        combine : Combine or str
+            As in :class:`ModelSet`.
+        """
+        pipelines = np.asarray(pipelines).astype(str)
         models: dict[str, DensityModel] = {}
-        if per_workload:
-            pipes = df["pipeline"].astype(str).to_numpy()
-            for name in sorted(set(pipes)):
-                mask = pipes == name
+        if min_rows is not None:
+            check_min_rows(min_rows)
+            names = set(pipelines) if only is None else set(map(str, only))
+            for name in sorted(names):
+                mask = pipelines == name
                 if mask.sum() >= min_rows:
                     m = DensityModel(params).fit_features(features.loc[mask], target[mask])
                     m.metadata["pipelines"] = [name]

@@ -116,6 +116,18 @@ def _input_text(report: dict[str, Any]) -> str:
     return text
 
 
+#: The default is placement.model.MIN_PIPELINE_ROWS, written out so that ``--help`` need not
+#: import the model module (pandas, pyarrow); a test holds the two equal.
+_min_rows_option = click.option(
+    "--min-rows",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Fewest training rows a pipeline needs for its own model (evaluate: the "
+    "per-workload policy of the time split).",
+)
+
+
 # ---------------------------------------------------------------------------- train
 @click.command("train")
 @click.argument("logs", nargs=-1, required=True)
@@ -132,13 +144,7 @@ def _input_text(report: dict[str, Any]) -> str:
     show_default=True,
     help="Also train one model per pipeline with at least --min-rows rows.",
 )
-@click.option(
-    "--min-rows",
-    default=200,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Fewest rows a pipeline needs for its own model.",
-)
+@_min_rows_option
 @click.option(
     "--combine",
     type=click.Choice(["mean", "own"]),
@@ -268,6 +274,7 @@ def _budgets(value: str) -> tuple[float, ...]:
     show_default=True,
     help="Measure decision latency, model size and predictor memory.",
 )
+@_min_rows_option
 @_bound_option
 @_overlap_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -278,6 +285,7 @@ def evaluate_command(
     split: str,
     budgets: str,
     folds: int,
+    min_rows: int,
     measure: bool,
     bound: bool,
     overlap: float | None,
@@ -293,6 +301,7 @@ def evaluate_command(
             split=Split(split),
             budgets=_budgets(budgets),
             folds=folds,
+            min_rows=min_rows,
             upper_bound=bound,
             overlap=overlap,
         )

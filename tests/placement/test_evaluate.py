@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import click
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 
 from placement.cli import placement_group
 from placement.evaluate import EvaluationConfig, EvaluationError, Split, evaluate, split_masks
-from placement.model import ModelParams
+from placement.model import MIN_PIPELINE_ROWS, ModelParams
 from placement.simulator import overlap_runs
 from tests.placement.logtables import make_log
 
@@ -61,6 +62,9 @@ def test_config_is_validated() -> None:
     for bad in (0, -2.0, True, "4", math.nan):
         with pytest.raises(EvaluationError, match="overlap k=.* positive number of runs"):
             EvaluationConfig(overlap=bad)
+    for bad in (0, True, 2.5):
+        with pytest.raises(EvaluationError, match=r"min_rows=.* must be an int >= 1"):
+            EvaluationConfig(min_rows=bad)
     with pytest.raises(EvaluationError, match="2 pipelines"):
         split_masks(
             make_log(pipelines=1, runs=2, files_per_stage=3).to_pandas(), EvaluationConfig()
@@ -229,7 +233,15 @@ def test_cli_no_usable_rows_and_bad_budget(tmp_path: Path, log_dir: Path) -> Non
 def test_cli_simulate_without_the_bound(log_dir: Path) -> None:
     res = CliRunner().invoke(
         placement_group,
-        ["simulate", str(log_dir), "--policy", "first-fit", "--no-bound", "--json", "--no-progress"],
+        [
+            "simulate",
+            str(log_dir),
+            "--policy",
+            "first-fit",
+            "--no-bound",
+            "--json",
+            "--no-progress",
+        ],
     )
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
@@ -337,3 +349,23 @@ def test_expected_lifetime_of_the_break_even_test_uses_earlier_runs_only(
     after = stage_history_lifetime(build_features(changed))
     np.testing.assert_array_equal(before[upto], after[upto])
     assert np.isfinite(before[upto]).any() and not np.array_equal(before[~upto], after[~upto])
+
+
+def test_per_workload_models_follow_min_rows_as_train_does() -> None:
+    log = make_log(seed=6)  # 4 pipelines; the time split trains on 180 rows of each
+    config = EvaluationConfig(split="time", params=FAST, budgets=(0.05,), upper_bound=False)
+    own = evaluate(log, config)
+    none = evaluate(log, dataclasses.replace(config, min_rows=181))
+    # no pipeline has 181 training rows: the per-workload policy is the global model's
+    assert none.savings["lightgbm-per-workload"] == none.savings["lightgbm"]
+    assert none.spearman["lightgbm-per-workload"] == none.spearman["lightgbm"]
+    assert own.spearman["lightgbm-per-workload"] != own.spearman["lightgbm"]
+    assert own.savings["lightgbm"] == none.savings["lightgbm"]
+    assert (own.config["min_rows"], none.config["min_rows"]) == (MIN_PIPELINE_ROWS, 181)
+    # train and evaluate share one default, written out in the CLI for a light --help
+    ctx = click.Context(placement_group)
+    for name in ("train", "evaluate"):
+        command = placement_group.get_command(ctx, name)
+        assert command is not None
+        [option] = [p for p in command.params if p.name == "min_rows"]
+        assert option.default == config.min_rows == MIN_PIPELINE_ROWS

@@ -94,7 +94,10 @@ def test_save_load_round_trip(tmp_path: Path, log: pd.DataFrame, model: DensityM
     feats = build_features(log)
     np.testing.assert_array_equal(loaded.predict(feats), model.predict(feats))
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
-    assert meta["feature_columns"] == list(FEATURE_COLUMNS) and meta["schema_version"] == SCHEMA_VERSION == 2
+    assert (
+        meta["feature_columns"] == list(FEATURE_COLUMNS)
+        and meta["schema_version"] == SCHEMA_VERSION == 2
+    )
     assert meta["prior_feature"] == "h_prior_ld"
     assert meta["prior_size_slopes"] == PRIOR_SIZE_SLOPES
     assert loaded.prior_fallback == model.prior_fallback
@@ -213,3 +216,34 @@ def test_model_sets_saved_before_combine_keep_using_own_models(
     index.write_text(json.dumps(meta))
     with pytest.raises(ModelError, match="combine='median'.*upgrade"):
         ModelSet.load(tmp_path / "set")
+
+
+def test_min_rows_decides_which_pipelines_get_their_own_model(log: pd.DataFrame) -> None:
+    # pipe0 keeps 100 rows, the others all 240
+    df = log.drop(log.index[log["pipeline"] == "pipe0"][100:]).reset_index(drop=True)
+    feats, target = build_features(df), log_density(df)
+    names = df["pipeline"].to_numpy()
+    glob = DensityModel(FAST).fit_features(feats, target)
+    for min_rows, want in (
+        (100, {"pipe0", "pipe1", "pipe2", "pipe3"}),
+        (101, {"pipe1", "pipe2", "pipe3"}),
+        (241, set()),
+    ):
+        models = ModelSet.from_global(glob, feats, target, names, min_rows=min_rows, params=FAST)
+        assert set(models.per_pipeline) == want and models.global_model is glob
+    # only the named pipelines; none at all without min_rows
+    only = ModelSet.from_global(glob, feats, target, names, only=["pipe2", "nope"], params=FAST)
+    assert set(only.per_pipeline) == {"pipe2"}
+    assert ModelSet.from_global(glob, feats, target, names, min_rows=None).per_pipeline == {}
+    # fit builds the same per-pipeline models from the same rows
+    fitted = ModelSet.fit(df, min_rows=101, params=FAST)
+    np.testing.assert_allclose(
+        fitted.per_pipeline["pipe1"].predict(feats),
+        ModelSet.from_global(glob, feats, target, names, min_rows=101, params=FAST)
+        .per_pipeline["pipe1"]
+        .predict(feats),
+    )
+    assert ModelSet.fit(df, per_workload=False, params=FAST).per_pipeline == {}
+    for bad in (0, True, 2.5):
+        with pytest.raises(ValueError, match=r"min_rows=.* must be an int >= 1"):
+            ModelSet.from_global(glob, feats, target, names, min_rows=bad)
