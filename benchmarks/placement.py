@@ -420,8 +420,10 @@ def main(argv: list[str] | None = None) -> int:
                 ],
                 [
                     "predictor RSS growth (load + predict 10k)",
-                    f"{d['predictor_rss_delta_bytes'] / 2**20:.1f} MiB",
-                    "",
+                    f"{d['predictor_rss_delta_bytes'] / 2**20:.1f} MiB"
+                    if d["predictor_rss_delta_bytes"] is not None
+                    else "not measured",
+                    d["predictor_rss_error"] or "",
                 ],
                 [
                     "predictor load, Python heap peak",

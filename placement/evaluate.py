@@ -47,9 +47,7 @@ import enum
 import json
 import math
 import os
-import tempfile
 import time
-import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,9 +63,9 @@ from placement.features import (
     build_features,
     clean_table,
     estimated_sizes,
-    features_from_request,
     log_density,
 )
+from placement.measure import measure_decisions
 from placement.model import (
     MIN_PIPELINE_ROWS,
     Combine,
@@ -96,7 +94,6 @@ __all__ = [
     "EvaluationResult",
     "Split",
     "evaluate",
-    "measure_decisions",
     "split_masks",
     "stage_history_lifetime",
     "stage_history_prediction",
@@ -328,7 +325,10 @@ class EvaluationResult:
     def write(
         self, directory: str | os.PathLike[str], stem: str = "placement-eval"
     ) -> dict[str, Path]:
-        """Write ``<stem>.json``, ``<stem>.txt`` (the table) and ``<stem>.png`` into ``directory``."""
+        """Write ``<stem>.json``, ``<stem>.txt`` (the table) and ``<stem>.png`` in ``directory``.
+
+        Returns the paths by kind (``json``, ``table``, ``png``).
+        """
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         paths = {"json": d / f"{stem}.json", "table": d / f"{stem}.txt", "png": d / f"{stem}.png"}
@@ -363,7 +363,8 @@ def split_masks(df: pd.DataFrame, config: EvaluationConfig) -> list[tuple[np.nda
     if config.split is Split.PIPELINE:
         if len(names) < 2:
             raise EvaluationError(
-                f"the pipeline split needs at least 2 pipelines; the log has {names}; use --split time"
+                f"the pipeline split needs at least 2 pipelines; the log has {names}; "
+                "use --split time"
             )
         k = min(config.folds, len(names))
         # deterministic round-robin over pipelines ordered by name
@@ -386,7 +387,8 @@ def split_masks(df: pd.DataFrame, config: EvaluationConfig) -> list[tuple[np.nda
         test |= mask & np.isin(run_ids, list(held))
     if not test.any() or test.all():
         raise EvaluationError(
-            "the time split found no runs to hold out (each pipeline needs >= 2 runs); use --split pipeline"
+            "the time split found no runs to hold out (each pipeline needs >= 2 runs); "
+            "use --split pipeline"
         )
     return [(~test, test)]
 
@@ -460,7 +462,8 @@ def evaluate(
     model_for_measure: DensityModel | None = None
     for k, (train, held) in enumerate(folds):
         say(
-            f"fold {k + 1}/{len(folds)}: training on {int(train.sum())} rows, testing {int(held.sum())}"
+            f"fold {k + 1}/{len(folds)}: training on {int(train.sum())} rows, "
+            f"testing {int(held.sum())}"
         )
         model = DensityModel(config.params).fit_features(features.loc[train], target[train])
         pred[held] = model.predict(features.loc[held])
@@ -620,105 +623,3 @@ def _goals(
         out["goal_oracle_capture_85pct_at_5pct"] = bool(five["oracle_capture"] >= 0.85)
         out["goal_1_5x_best_heuristic_at_5pct"] = bool(five["ratio_to_best_heuristic"] >= 1.5)
     return out
-
-
-_RSS_PROBE = """
-import sys, numpy as np, psutil, lightgbm
-from placement.model import DensityModel
-from placement.features import FEATURE_COLUMNS
-p = psutil.Process()
-before = p.memory_info().rss
-m = DensityModel.load(sys.argv[1])
-x = np.random.default_rng(0).normal(size=(10000, len(FEATURE_COLUMNS)))
-m.predict(x)
-for row in x[:1000]:
-    m.predict_one(row)
-print(before, p.memory_info().rss)
-"""
-
-
-def _fresh_process_rss(model_dir: str) -> tuple[int, int]:
-    """RSS (bytes) of a fresh Python process with LightGBM imported, before and after it
-    loads the model and predicts 10k rows in a batch and 1k one by one."""
-    import subprocess
-    import sys
-
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", _RSS_PROBE, model_dir],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        ).stdout.split()
-        return int(out[0]), int(out[1])
-    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
-        return (0, 0)
-
-
-def measure_decisions(
-    model: DensityModel,
-    df: pd.DataFrame,
-    history: HistoryStore,
-    *,
-    single: int = 2000,
-    batch_rows: int = 200_000,
-) -> dict[str, Any]:
-    """Decision latency (single and batched), model file size and predictor memory.
-
-    * single: :func:`features_from_request` + :meth:`DensityModel.predict_one` per
-      file, median and p99 over ``single`` files, in microseconds; also the model call
-      alone.
-    * batched: :meth:`DensityModel.predict` over ``batch_rows`` feature rows (tiled),
-      files per second (every thread, and one thread).
-    * size: bytes of the saved model directory.
-    * memory: RSS growth of a fresh process (LightGBM already imported) that loads the
-      model and predicts (psutil), and the peak Python-heap allocation of loading it
-      (tracemalloc), in bytes.
-    """
-
-    rows = df.head(single).to_dict("records")
-    # single path
-    lat_full: list[float] = []
-    lat_model: list[float] = []
-    for row in rows:
-        t0 = time.perf_counter_ns()
-        x = features_from_request(row, history)
-        t1 = time.perf_counter_ns()
-        model.predict_one(x)
-        t2 = time.perf_counter_ns()
-        lat_full.append((t2 - t0) / 1e3)
-        lat_model.append((t2 - t1) / 1e3)
-    feats = build_features(df, history).to_numpy(np.float64)
-    reps = max(1, batch_rows // max(len(feats), 1))
-    big = np.tile(feats, (reps, 1))[:batch_rows]
-    model.predict(big[:1000])  # warm
-    s0 = time.perf_counter()
-    model.predict(big)
-    batch_all = len(big) / (time.perf_counter() - s0)
-    s0 = time.perf_counter()
-    model.predict(big, num_threads=1)
-    batch_one = len(big) / (time.perf_counter() - s0)
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save(tmp)
-        size = model.file_bytes
-        tracemalloc.start()
-        loaded = DensityModel.load(tmp)
-        _, traced_peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        rss = _fresh_process_rss(tmp)
-    return {
-        "single_us_p50": float(np.percentile(lat_full, 50)),
-        "single_us_p99": float(np.percentile(lat_full, 99)),
-        "single_model_only_us_p50": float(np.percentile(lat_model, 50)),
-        "single_model_only_us_p99": float(np.percentile(lat_model, 99)),
-        "single_samples": len(lat_full),
-        "batched_per_s": batch_all,
-        "batched_per_s_one_thread": batch_one,
-        "batched_rows": len(big),
-        "model_file_bytes": size,
-        "trees": loaded.booster.num_trees(),
-        "predictor_rss_before_bytes": rss[0],
-        "predictor_rss_delta_bytes": max(0, rss[1] - rss[0]),
-        "predictor_load_python_heap_peak_bytes": traced_peak,
-    }

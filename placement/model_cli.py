@@ -344,7 +344,11 @@ def evaluate_command(
         text += (
             f"\ndecision: single p50 {d['single_us_p50']:.1f} us (p99 {d['single_us_p99']:.1f}), "
             f"batched {d['batched_per_s']:,.0f}/s; model {d['model_file_bytes']:,} bytes; "
-            f"predictor RSS +{d['predictor_rss_delta_bytes'] / 2**20:.1f} MiB"
+            + (
+                f"predictor RSS +{d['predictor_rss_delta_bytes'] / 2**20:.1f} MiB"
+                if d["predictor_rss_delta_bytes"] is not None
+                else f"predictor RSS not measured ({d['predictor_rss_error']})"
+            )
         )
     text += f"\nwrote {', '.join(str(p) for p in paths.values())}"
     _emit(payload, as_json, text)
