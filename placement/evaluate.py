@@ -15,8 +15,9 @@ Protocol
        still used, as a live service would; its first run has none.)
    ``time``
        The last ``test_fraction`` of each pipeline's runs (by start time) are held
-       out; one model (and per-pipeline models) trained on the earlier runs; only
-       the held-out rows are replayed. The per-pipeline models predict as a
+       out; one model (and one per pipeline with at least ``min_rows`` training rows,
+       as ``dataplane placement train --per-workload`` builds them) trained on the
+       earlier runs; only the held-out rows are replayed. The per-pipeline models predict as a
        :class:`~placement.model.ModelSet` would (by default the mean of a
        pipeline's model and the global one: ``combine``).
 
