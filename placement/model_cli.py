@@ -127,6 +127,15 @@ _min_rows_option = click.option(
     "per-workload policy of the time split).",
 )
 
+#: Choices of placement.model.Combine, written out for the same reason.
+_combine_option = click.option(
+    "--combine",
+    type=click.Choice(["mean", "own"]),
+    default="mean",
+    show_default=True,
+    help="A pipeline with its own model gets the mean of it and the global model, or it alone.",
+)
+
 
 # ---------------------------------------------------------------------------- train
 @click.command("train")
@@ -145,13 +154,7 @@ _min_rows_option = click.option(
     help="Also train one model per pipeline with at least --min-rows rows.",
 )
 @_min_rows_option
-@click.option(
-    "--combine",
-    type=click.Choice(["mean", "own"]),
-    default="mean",
-    show_default=True,
-    help="A pipeline with its own model gets the mean of it and the global model, or it alone.",
-)
+@_combine_option
 @click.option(
     "--trees", default=300, show_default=True, type=click.IntRange(1), help="Boosting rounds."
 )
@@ -275,6 +278,7 @@ def _budgets(value: str) -> tuple[float, ...]:
     help="Measure decision latency, model size and predictor memory.",
 )
 @_min_rows_option
+@_combine_option
 @_bound_option
 @_overlap_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -286,6 +290,7 @@ def evaluate_command(
     budgets: str,
     folds: int,
     min_rows: int,
+    combine: str,
     measure: bool,
     bound: bool,
     overlap: float | None,
@@ -294,6 +299,7 @@ def evaluate_command(
 ) -> None:
     """Evaluate every placement policy on held-out LOGS; write a table, a PNG and JSON to --out."""
     from placement.evaluate import EvaluationConfig, Split, evaluate
+    from placement.model import Combine
 
     df, report = _read(logs, not no_progress)
     try:
@@ -302,6 +308,7 @@ def evaluate_command(
             budgets=_budgets(budgets),
             folds=folds,
             min_rows=min_rows,
+            combine=Combine(combine),
             upper_bound=bound,
             overlap=overlap,
         )
@@ -330,7 +337,8 @@ def evaluate_command(
     )
     if five:
         text += (
-            f"\nat 5%: lightgbm captures {100 * five['oracle_capture']:.1f}% of the oracle's savings; "
+            f"\nat 5%: lightgbm captures {100 * five['oracle_capture']:.1f}% of the oracle's "
+            "savings; "
             f"{five['ratio_to_best_heuristic']:.2f}x the best heuristic ({five['best_heuristic']})"
         )
         if "upper_bound" in five:
@@ -375,7 +383,8 @@ _UNITS = {
 
 
 def parse_budget(value: str, peak_bytes: int) -> int:
-    """SSD budget in bytes from ``5%`` (of ``peak_bytes``) or a size (``2GiB``, ``500MB``, ``1000000``)."""
+    """SSD budget in bytes from ``5%`` (of ``peak_bytes``) or a size (``2GiB``, ``500MB``,
+    ``1000000``)."""
     v = value.strip()
     if v.endswith("%"):
         try:

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from placement.cli import placement_group
 from placement.evaluate import EvaluationConfig, EvaluationError, Split, evaluate, split_masks
-from placement.model import MIN_PIPELINE_ROWS, ModelParams
+from placement.model import MIN_PIPELINE_ROWS, Combine, ModelParams
 from placement.simulator import overlap_runs
 from tests.placement.logtables import make_log
 
@@ -351,7 +351,7 @@ def test_expected_lifetime_of_the_break_even_test_uses_earlier_runs_only(
     assert np.isfinite(before[upto]).any() and not np.array_equal(before[~upto], after[~upto])
 
 
-def test_per_workload_models_follow_min_rows_as_train_does() -> None:
+def test_per_workload_models_follow_min_rows_as_train_does(tmp_path: Path, log_dir: Path) -> None:
     log = make_log(seed=6)  # 4 pipelines; the time split trains on 180 rows of each
     config = EvaluationConfig(split="time", params=FAST, budgets=(0.05,), upper_bound=False)
     own = evaluate(log, config)
@@ -362,10 +362,20 @@ def test_per_workload_models_follow_min_rows_as_train_does() -> None:
     assert own.spearman["lightgbm-per-workload"] != own.spearman["lightgbm"]
     assert own.savings["lightgbm"] == none.savings["lightgbm"]
     assert (own.config["min_rows"], none.config["min_rows"]) == (MIN_PIPELINE_ROWS, 181)
-    # train and evaluate share one default, written out in the CLI for a light --help
+    # train and evaluate share their defaults, written out in the CLI for a light --help
     ctx = click.Context(placement_group)
     for name in ("train", "evaluate"):
         command = placement_group.get_command(ctx, name)
         assert command is not None
-        [option] = [p for p in command.params if p.name == "min_rows"]
-        assert option.default == config.min_rows == MIN_PIPELINE_ROWS
+        options = {p.name: p for p in command.params}
+        assert options["min_rows"].default == config.min_rows == MIN_PIPELINE_ROWS
+        assert options["combine"].default == config.combine.value
+        assert list(options["combine"].type.choices) == [c.value for c in Combine]
+    res = CliRunner().invoke(
+        placement_group,
+        ["evaluate", str(log_dir), "--out", str(tmp_path), "--split", "time", "--budgets", "5"]
+        + ["--min-rows", "150", "--combine", "own", "--no-measure", "--no-bound", "--no-progress"],
+    )
+    assert res.exit_code == 0, res.output
+    saved = json.loads((tmp_path / "placement-eval.json").read_text())
+    assert (saved["config"]["min_rows"], saved["config"]["combine"]) == (150, "own")
