@@ -59,9 +59,12 @@ import contextlib
 import ctypes
 import dataclasses
 import enum
+import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -104,10 +107,30 @@ PRIOR_FEATURE = "h_prior_ld"
 MODEL_FILE = "model.txt"
 META_FILE = "model.json"
 SET_FILE = "models.json"
+#: Sidecar key of the SHA-256 (hex) of ``model.txt`` (sidecars written before it have none).
+MODEL_HASH_KEY = "model_sha256"
+#: Subdirectory of a model-set directory holding one directory per save (:meth:`ModelSet.save`).
+SETS_DIR = "sets"
 #: Fewest training rows a pipeline needs for its own model, in :meth:`ModelSet.fit` and in
 #: :func:`placement.evaluate.evaluate`'s per-workload policy alike, so that what evaluate
 #: measures is what ``dataplane placement train --per-workload`` builds.
 MIN_PIPELINE_ROWS = 100
+
+
+def _file_sha256(path: Path) -> str:
+    """SHA-256 (hex) of the file at ``path``."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _set_roots(index_file: Path) -> set[str]:
+    """The ``sets/<stamp>`` directories the model-set index at ``index_file`` names."""
+    try:
+        meta = json.loads(index_file.read_text())
+        paths = [meta["global"], *dict(meta.get("pipelines", {})).values()]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return set()
+    parts = (Path(str(p)).parts for p in paths)
+    return {f"{p[0]}/{p[1]}" for p in parts if len(p) > 2 and p[0] == SETS_DIR}
 
 
 def _lgb() -> Any:
@@ -434,8 +457,9 @@ class DensityModel:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``model.txt`` and ``model.json`` into directory ``path`` (created).
 
-        Files are written under temporary names and renamed, so a crash never leaves a
-        torn model where a good one stood.
+        Files are written under temporary names and renamed. The sidecar holds the
+        SHA-256 of ``model.txt``, so a crash between the two renames leaves a pair that
+        :meth:`load` refuses by name, never a model that loads with another's sidecar.
         """
         booster = self._require()
         directory = Path(path)
@@ -444,6 +468,7 @@ class DensityModel:
             tmp_model = directory / f".{MODEL_FILE}.tmp"
             tmp_meta = directory / f".{META_FILE}.tmp"
             booster.save_model(str(tmp_model))
+            self.metadata[MODEL_HASH_KEY] = _file_sha256(tmp_model)
             tmp_meta.write_text(json.dumps(self.metadata, indent=2, default=str))
             os.replace(tmp_model, directory / MODEL_FILE)
             os.replace(tmp_meta, directory / META_FILE)
@@ -497,6 +522,17 @@ class DensityModel:
         if meta.get("feature_columns") != list(FEATURE_COLUMNS):
             raise ModelError(
                 f"{meta_file} was trained on other features than this dataplane builds; retrain it: {hint}"
+            )
+        digest = meta.get(MODEL_HASH_KEY)
+        try:
+            torn = digest is not None and digest != _file_sha256(model_file)
+        except OSError as exc:
+            raise ModelError(f"model file {model_file} is unreadable ({exc}); {hint}") from exc
+        if torn:
+            raise ModelError(
+                f"model file {model_file} is corrupt or not the one its sidecar {meta_file} "
+                "was written with (their SHA-256 differs: a save cut short, or one of the two "
+                f"replaced); save the model again or {hint}"
             )
         try:
             booster = lgb.Booster(model_file=str(model_file))
@@ -727,25 +763,61 @@ class ModelSet:
         return sum(m.predict_one(row) for m in models) / len(models)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write ``global/`` and ``pipelines/<i>/`` model directories and ``models.json``."""
+        """Write the set into directory ``path``: ``models.json`` and the models it names.
+
+        Each save writes every model into a new directory ``sets/<stamp>/`` (``global/``
+        and ``pipelines/<i>/``), then replaces ``models.json`` in one rename. Why: a
+        service reloads the set from the directory a retrain writes into
+        (``placement.service.reload_model``), and model ``pipelines/<i>`` is a different
+        pipeline's from one training to the next; written in place, a reader between
+        two files, or a save cut short, could pair a pipeline with another's model. Here
+        a reader sees the old set or the new one. The set the old ``models.json`` named
+        is kept for readers that had just read it; older ones are removed (the
+        ``global/`` and ``pipelines/`` directories of sets saved before this layout are
+        left alone).
+
+        Raises
+        ------
+        ModelError
+            If a file cannot be written; ``models.json`` and the set it names are then
+            left as they were, and the partial new directory is removed.
+        """
         directory = Path(path)
-        self.global_model.save(directory / "global")
-        index: dict[str, str] = {}
-        for i, (name, model) in enumerate(sorted(self.per_pipeline.items())):
-            sub = f"pipelines/{i:03d}"
-            model.save(directory / sub)
-            index[name] = sub
-        meta = {
-            "format": MODEL_SET_FORMAT,
-            "model_version": MODEL_VERSION,
-            "global": "global",
-            "pipelines": index,
-            "combine": self.combine.value,
-        }
+        index_file = directory / SET_FILE
+        previous = _set_roots(index_file)
         try:
-            (directory / SET_FILE).write_text(json.dumps(meta, indent=2))
+            (directory / SETS_DIR).mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+            root = Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=directory / SETS_DIR))
         except OSError as exc:
-            raise ModelError(f"cannot write {directory / SET_FILE}: {exc}") from exc
+            raise ModelError(f"cannot write a model set into {directory}: {exc}") from exc
+        rel = f"{SETS_DIR}/{root.name}"
+        try:
+            self.global_model.save(root / "global")
+            index: dict[str, str] = {}
+            for i, (name, model) in enumerate(sorted(self.per_pipeline.items())):
+                model.save(root / "pipelines" / f"{i:03d}")
+                index[name] = f"{rel}/pipelines/{i:03d}"
+            meta = {
+                "format": MODEL_SET_FORMAT,
+                "model_version": MODEL_VERSION,
+                "global": f"{rel}/global",
+                "pipelines": index,
+                "combine": self.combine.value,
+            }
+            tmp = directory / f".{SET_FILE}.tmp"
+            try:
+                tmp.write_text(json.dumps(meta, indent=2))
+                os.replace(tmp, index_file)
+            except OSError as exc:
+                raise ModelError(f"cannot write {index_file}: {exc}") from exc
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        keep = {rel} | previous
+        for old in (directory / SETS_DIR).iterdir():
+            if old.is_dir() and f"{SETS_DIR}/{old.name}" not in keep:
+                shutil.rmtree(old, ignore_errors=True)
         return directory
 
     @classmethod

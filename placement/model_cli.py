@@ -145,7 +145,7 @@ _combine_option = click.option(
     "out_dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Directory for the model (global/ and pipelines/ model directories).",
+    help="Directory for the model set (models.json and the models it names).",
 )
 @click.option(
     "--per-workload/--global-only",

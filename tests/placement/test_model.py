@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -119,7 +120,12 @@ def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda d: (d / "model.txt").write_text("tree\nnot a model\n"), "corrupt"),
+        (lambda d: (d / "model.txt").write_text("tree\nnot a model\n"), "corrupt or not the one"),
+        # a sidecar from before the hash: LightGBM itself refuses the file
+        (
+            lambda d: _edit_meta(d, model_sha256=None) or (d / "model.txt").write_text("x"),
+            "corrupt",
+        ),
         (lambda d: (d / "model.json").write_text("{not json"), "not JSON"),
         (lambda d: _edit_meta(d, model_version=99), "model version 99"),
         (lambda d: _edit_meta(d, schema_version=99), "schema version 99"),
@@ -247,3 +253,62 @@ def test_min_rows_decides_which_pipelines_get_their_own_model(log: pd.DataFrame)
     for bad in (0, True, 2.5):
         with pytest.raises(ValueError, match=r"min_rows=.* must be an int >= 1"):
             ModelSet.from_global(glob, feats, target, names, min_rows=bad)
+
+
+def test_a_save_cut_short_never_pairs_a_model_with_another_sidecar(
+    tmp_path: Path, log: pd.DataFrame, model: DensityModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = model.save(tmp_path / "m")
+    other = DensityModel(ModelParams(n_estimators=5, num_threads=1)).fit(log)
+    real_replace = os.replace
+
+    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if Path(dst).name == "model.json":  # model.txt is already in place
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(ModelError, match="cannot write the model"):
+        other.save(d)
+    monkeypatch.undo()
+    with pytest.raises(ModelError, match="not the one its sidecar .* was written with"):
+        DensityModel.load(d)
+
+
+def test_model_set_saves_are_all_or_nothing(
+    tmp_path: Path, log: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = tmp_path / "set"
+    first = ModelSet.fit(log, min_rows=50, params=FAST)
+    first.save(d)
+    feats, names = build_features(log), log["pipeline"].to_numpy()
+    want = first.predict(feats, names)
+    # a retrain without pipe0: every other pipeline's model moves to another pipelines/<i>
+    second = ModelSet.fit(log[log["pipeline"] != "pipe0"], min_rows=50, params=FAST)
+    assert set(second.per_pipeline) == {"pipe1", "pipe2", "pipe3"}
+    real_save, calls = DensityModel.save, []
+
+    def save(self: DensityModel, path: str | os.PathLike[str]) -> Path:
+        calls.append(path)
+        if len(calls) == 3:
+            raise ModelError("cannot write the model: No space left on device")
+        return real_save(self, path)
+
+    monkeypatch.setattr(DensityModel, "save", save)
+    with pytest.raises(ModelError, match="No space left"):
+        second.save(d)
+    monkeypatch.undo()
+    # the set on disk is still the first one, whole, and the partial save is gone
+    np.testing.assert_array_equal(ModelSet.load(d).predict(feats, names), want)
+    assert len(list((d / "sets").iterdir())) == 1
+    # saves that finish: the newest set is loaded, the one before it kept, older ones removed
+    second.save(d)
+    np.testing.assert_array_equal(
+        ModelSet.load(d).predict(feats, names), second.predict(feats, names)
+    )
+    assert len(list((d / "sets").iterdir())) == 2
+    first.save(d)
+    index = json.loads((d / "models.json").read_text())
+    kept = {p.name for p in (d / "sets").iterdir()}
+    assert len(kept) == 2 and index["global"].split("/")[1] in kept
+    np.testing.assert_array_equal(ModelSet.load(d).predict(feats, names), want)
