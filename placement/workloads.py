@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from placement.errors import PlacementError
-from placement.logwriter import LOG_SUFFIX, read_logs
+from placement.logwriter import read_logs
 from placement.storage.config import spill_heavy_settings
 from placement.tier import Tier
 
@@ -1041,7 +1041,9 @@ def _note_kept_parts(exc: BaseException, parts_dir: Path, results: Sequence[RunR
         f"every placement command reads that directory (dataplane placement train {parts_dir} "
         "--out model/), and readers of its parent skip it"
     )
-    exc.add_note(note)
+    add_note = getattr(exc, "add_note", None)  # Python >= 3.11; 3.10 gets the warning alone
+    if add_note is not None:
+        add_note(note)
     logger.warning("collection stopped: %s", note)
 
 
@@ -1088,11 +1090,6 @@ def summarize(frame: pd.DataFrame, results: Sequence[RunResult] = ()) -> dict[st
     summary["runs"] = [asdict(r) for r in results]
     summary["failed_runs"] = [asdict(r) for r in results if not r.ok]
     return summary
-
-
-def leftover_parts(out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Log parts left in ``out_dir`` by an interrupted :func:`collect` (still readable logs)."""
-    return sorted(Path(out_dir).glob(f"parts-*/*{LOG_SUFFIX}"))
 
 
 __all__ = [
