@@ -62,6 +62,7 @@ def _fresh_process_rss(model_dir: str) -> tuple[int, int] | str:
             [sys.executable, "-c", _RSS_PROBE, model_dir],
             capture_output=True,
             text=True,
+            check=False,  # the exit status is read below, to say why
             timeout=120,
         )
     except (subprocess.SubprocessError, OSError) as exc:
