@@ -461,6 +461,7 @@ def evaluate(
     test = np.zeros(len(df), dtype=bool)
     importances: dict[str, float] = {}
     model_for_measure: DensityModel | None = None
+    own_models: set[str] = set()  # pipelines the per-workload policy gave their own model
     for k, (train, held) in enumerate(folds):
         say(
             f"fold {k + 1}/{len(folds)}: training on {int(train.sum())} rows, "
@@ -484,6 +485,7 @@ def evaluate(
                 combine=config.combine,
             )
             pred_pw[held] = models.predict(features.loc[held], pipes[held])
+            own_models.update(models.per_pipeline)
 
     tdf = df.loc[test].reset_index(drop=True)
     # what each test file is expected to reach, known at its creation: the SSD policies reserve it
@@ -568,6 +570,7 @@ def evaluate(
             "train_per_fold": [int(tr.sum()) for tr, _ in folds],
             "pipelines": sorted(set(pipes)),
             "test_pipelines": sorted(set(pipes[test])),
+            "per_pipeline_models": sorted(own_models),
             "runs": int(df["run_id"].nunique()),
             "test_runs": int(tdf["run_id"].nunique()),
         },

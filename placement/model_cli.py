@@ -329,6 +329,12 @@ def evaluate_command(
         + "):\n"
     )
     text += result.table()
+    if "lightgbm-per-workload" in result.savings:
+        own = result.rows["per_pipeline_models"]
+        text += (
+            f"\nlightgbm-per-workload: {len(own)} of {len(result.rows['test_pipelines'])} test "
+            f"pipelines have their own model (>= {min_rows} training rows), combined by {combine}"
+        )
     if result.savings_by_kind:
         text += "\nwhere the savings come from (points of the all-HDD TCO):\n"
         text += result.kind_table()

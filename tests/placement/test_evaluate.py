@@ -379,3 +379,7 @@ def test_per_workload_models_follow_min_rows_as_train_does(tmp_path: Path, log_d
     assert res.exit_code == 0, res.output
     saved = json.loads((tmp_path / "placement-eval.json").read_text())
     assert (saved["config"]["min_rows"], saved["config"]["combine"]) == (150, "own")
+    assert "4 of 4 test pipelines have their own model (>= 150 training rows)" in res.output
+    assert saved["rows"]["per_pipeline_models"] == ["pipe0", "pipe1", "pipe2", "pipe3"]
+    assert own.rows["per_pipeline_models"] == ["pipe0", "pipe1", "pipe2", "pipe3"]
+    assert none.rows["per_pipeline_models"] == []
