@@ -64,9 +64,9 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -788,7 +788,10 @@ class ModelSet:
         try:
             (directory / SETS_DIR).mkdir(parents=True, exist_ok=True)
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-            root = Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=directory / SETS_DIR))
+            # mkdir, not tempfile.mkdtemp: the service may run as another user, and
+            # mkdtemp's directories are private to their owner
+            root = directory / SETS_DIR / f"{stamp}-{uuid.uuid4().hex[:8]}"
+            root.mkdir()
         except OSError as exc:
             raise ModelError(f"cannot write a model set into {directory}: {exc}") from exc
         rel = f"{SETS_DIR}/{root.name}"

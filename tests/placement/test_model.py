@@ -311,4 +311,8 @@ def test_model_set_saves_are_all_or_nothing(
     index = json.loads((d / "models.json").read_text())
     kept = {p.name for p in (d / "sets").iterdir()}
     assert len(kept) == 2 and index["global"].split("/")[1] in kept
+    # readable by a service running as another user, as a plain directory would be
+    (tmp_path / "plain").mkdir()
+    mode = (tmp_path / "plain").stat().st_mode
+    assert all((d / "sets" / name).stat().st_mode == mode for name in kept)
     np.testing.assert_array_equal(ModelSet.load(d).predict(feats, names), want)
