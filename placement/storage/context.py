@@ -28,7 +28,7 @@ from typing import Any
 
 from dask.utils import key_split
 
-from placement.storage.request import FileKind, FileRequest
+from placement.storage.request import FileKind, FileRequest, as_count
 
 _INT32_MAX = 2**31 - 1
 #: Worker task states of a dependent that will not read its dependency again.
@@ -80,6 +80,16 @@ class RunContext:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"RunContext.{name}={value!r} must be a non-empty string")
+        # counts computed with numpy (``df.memory_usage().sum()``) are fine; floats are not,
+        # and are refused here, on the driver, rather than in every file a worker creates
+        for name in ("input_bytes", "n_partitions_in", "n_workers"):
+            object.__setattr__(self, name, as_count(f"RunContext.{name}", getattr(self, name)))
+        for name in ("stage_tasks", "shuffle_inputs"):
+            counts = {
+                str(k): as_count(f"RunContext.{name}[{k!r}]", v)
+                for k, v in dict(getattr(self, name)).items()
+            }
+            object.__setattr__(self, name, counts)
 
 
 _context_lock = threading.Lock()

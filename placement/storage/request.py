@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -29,6 +30,28 @@ _OPTIONAL_INTS = (
     "n_workers",
     "n_dependents",
 )
+#: Fields stored in int32 log columns (:data:`placement.schema.SCHEMA`): clipped to fit.
+_INT32_FIELDS = ("n_partitions_in", "n_partitions_out", "priority", "n_workers", "n_dependents")
+_INT32_MAX = 2**31 - 1
+
+
+def as_count(name: str, value: Any) -> int | None:
+    """``value`` as a plain non-negative int (numpy integers included), or ``None``.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not an integer (a float, a string...) or is negative.
+    """
+    if value is None:
+        return None
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = -1
+    if number < 0 or isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be a non-negative int or None")
+    return number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +60,8 @@ class FileRequest:
 
     Only facts known before the file's first byte is written belong here; a placement
     decision (:class:`~placement.storage.chooser.TierChooser`) sees nothing else.
+    Integer facts may be numpy integers (stored as ints); those of int32 log columns are
+    clipped to the int32 range.
 
     Parameters
     ----------
@@ -106,12 +131,20 @@ class FileRequest:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name}={value!r} must be a non-empty string")
+        # numpy integers become plain ints: a fact computed with numpy must not fail a spill
         for name in _OPTIONAL_INTS:
+            object.__setattr__(self, name, as_count(name, getattr(self, name)))
+        for name in ("reuse_distance", "priority"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise ValueError(f"{name}={value!r} must be a non-negative int or None")
-        if self.reuse_distance is not None and not isinstance(self.reuse_distance, int):
-            raise ValueError(f"reuse_distance={self.reuse_distance!r} must be an int or None")
+            if value is not None:
+                try:
+                    object.__setattr__(self, name, operator.index(value))
+                except TypeError:
+                    raise ValueError(f"{name}={value!r} must be an int or None") from None
+        for name in (*_INT32_FIELDS, "reuse_distance"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, max(-_INT32_MAX, min(_INT32_MAX, value)))
         if self.memory_pressure is not None and not (
             isinstance(self.memory_pressure, (int, float)) and self.memory_pressure >= 0
         ):

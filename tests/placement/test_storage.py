@@ -27,7 +27,7 @@ from placement.storage import (
     TierIOError,
     UnsafePathError,
 )
-from placement.storage.context import RequestBuilder
+from placement.storage.context import RequestBuilder, RunContext
 from placement.storage.paths import check_name, name_for_key
 from placement.tier import Tier
 
@@ -78,6 +78,48 @@ def test_request_rejects_bad_values() -> None:
         FileRequest(file_kind="spill", created_at=1.0, n_dependents=-2)
     assert FileRequest(file_kind="shuffle", created_at=1.0).file_kind is FileKind.SHUFFLE
     assert FileRequest(file_kind="spill", created_at=1.0, reuse_distance=-3).reuse_distance == -3
+
+
+def test_numpy_counts_are_facts_like_any_other(store: TieredFileStore, sink: ListSink) -> None:
+    import numpy as np
+
+    from placement.storage import set_run_context
+
+    req = request(
+        input_bytes=np.int64(10**12),
+        n_partitions_in=np.int64(2**40),  # an int32 column: clipped to fit
+        priority=np.int32(-5),
+        reuse_distance=np.int64(-(2**40)),
+    )
+    assert (req.input_bytes, req.n_partitions_in) == (10**12, 2**31 - 1)
+    assert (req.priority, req.reuse_distance) == (-5, -(2**31 - 1))
+    assert all(type(v) is int for v in (req.input_bytes, req.n_partitions_in, req.priority))
+    store.delete(store.create("k", req))
+    conform(pa.Table.from_pylist(sink.rows, schema=SCHEMA))  # the row fits the log schema
+    with pytest.raises(ValueError, match="input_bytes=1.5 must be a non-negative int"):
+        FileRequest(file_kind="spill", created_at=1.0, input_bytes=1.5)
+    with pytest.raises(ValueError, match="priority='1' must be an int"):
+        FileRequest(file_kind="spill", created_at=1.0, priority="1")
+    # the driver's run context: numpy counts are kept as ints, floats refused there
+    ctx = RunContext(
+        pipeline="p",
+        run_id="r",
+        input_bytes=np.int64(10**9),
+        stage_tasks={"x": np.int64(8)},
+        shuffle_inputs={"s": np.int32(4)},
+    )
+    assert ctx.input_bytes == 10**9 and type(ctx.input_bytes) is int
+    assert ctx.stage_tasks == {"x": 8} and type(ctx.stage_tasks["x"]) is int
+    with pytest.raises(ValueError, match=r"RunContext.input_bytes=1000000000.0 must be"):
+        RunContext(pipeline="p", run_id="r", input_bytes=1e9)
+    with pytest.raises(ValueError, match=r"RunContext.stage_tasks\['x'\]=-1 must be"):
+        RunContext(pipeline="p", run_id="r", stage_tasks={"x": -1})
+    # a spill under such a context gets its facts (the request used to fail the task)
+    set_run_context(ctx)
+    try:
+        assert RequestBuilder().spill("x-1", 100).input_bytes == 10**9
+    finally:
+        set_run_context(None)
 
 
 def _task(key: str, position: int, state: str):
