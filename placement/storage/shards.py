@@ -126,7 +126,9 @@ class ShardCache:
         request = self.builder.shard(stage, int(array.nbytes), n_shards=n_shards, key=key)
         handle = self.store.create(f"{SHARD_DIR}/{name}", request)
         try:
-            self.store.write(handle, array.data.cast("B"))
+            # bytes through a uint8 view: memoryview.cast refuses empty multi-dimensional
+            # arrays, and the buffer protocol refuses datetime64 / timedelta64
+            self.store.write(handle, memoryview(array.reshape(-1).view(np.uint8)))
         except BaseException:
             self.store.delete(handle, log=False)
             raise

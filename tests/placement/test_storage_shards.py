@@ -103,6 +103,13 @@ def test_plain_arrays_keep_their_record_shape(cache: ShardCache) -> None:
     np.testing.assert_array_equal(cache.read(ref, 2, 5), matrix[2:5])
     np.testing.assert_array_equal(cache.take(ref, [9, 0, 9]), matrix[[9, 0, 9]])
     assert sum(len(c) for c in cache.batches(ref, 3)) == 10
+    # an empty partition's shard, and times: both failed to write before
+    empty = cache.put("empty", np.empty((0, 3), np.float64), stage="feature-shard")
+    assert empty.n_records == 0 and cache.read(empty).shape == (0, 3)
+    times = np.array(["2026-01-01T00:00", "2026-06-30T12:00"], dtype="datetime64[ns]")
+    for name, arr in (("times", times), ("spans", np.diff(times))):
+        ref = cache.put(name, arr, stage="feature-shard")
+        np.testing.assert_array_equal(cache.read(ref), arr)
 
 
 def test_missing_shards_and_bad_ranges_are_clear_errors(
