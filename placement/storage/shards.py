@@ -128,7 +128,7 @@ class ShardCache:
         try:
             # bytes through a uint8 view: memoryview.cast refuses empty multi-dimensional
             # arrays, and the buffer protocol refuses datetime64 / timedelta64
-            self.store.write(handle, memoryview(array.reshape(-1).view(np.uint8)))
+            self.store.write(handle, array.reshape(-1).view(np.uint8).data)
         except BaseException:
             self.store.delete(handle, log=False)
             raise
@@ -162,7 +162,7 @@ class ShardCache:
             )
         size = ref.record_nbytes
         data = self.store.read_range(self._handle(ref), start * size, (stop - start) * size)
-        out = np.frombuffer(bytearray(data), dtype=ref.dtype)
+        out = np.frombuffer(data, dtype=ref.dtype)  # a bytearray: the array is writable
         return out.reshape((stop - start, *ref.record_shape))
 
     def take(self, ref: ShardRef, indices: Sequence[int] | np.ndarray) -> np.ndarray:

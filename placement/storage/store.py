@@ -494,7 +494,7 @@ class TieredFileStore:
         self.record_read(handle, size)
         return buf
 
-    def read_range(self, handle: TempFile, offset: int, nbytes: int) -> bytes:
+    def read_range(self, handle: TempFile, offset: int, nbytes: int) -> bytearray:
         """Read ``nbytes`` bytes from byte ``offset`` (sealing the file first); one read
         operation, as a reader of records or batches would do.
 
@@ -515,13 +515,20 @@ class TieredFileStore:
                         f"range [{offset}, {offset + nbytes}) runs past the end of "
                         f"{handle.name!r} ({size} bytes)"
                     )
-                data = os.pread(fd, nbytes, offset)
+                # one pread returns at most ~2 GiB on Linux: loop until the range is read
+                data = bytearray(nbytes)
+                view, done = memoryview(data), 0
+                while done < nbytes:
+                    n = os.preadv(fd, [view[done:]], offset + done)
+                    if n == 0:
+                        break
+                    done += n
             finally:
                 os.close(fd)
         except OSError as exc:
             raise TierIOError(exc.errno, f"reading {path} failed: {exc.strerror}") from exc
-        if len(data) != nbytes:
-            raise TierIOError(errno.EIO, f"short read of {path}: {len(data)} of {nbytes} bytes")
+        if done != nbytes:
+            raise TierIOError(errno.EIO, f"short read of {path}: {done} of {nbytes} bytes")
         self.record_read(handle, nbytes)
         return data
 

@@ -210,6 +210,28 @@ def test_write_read_delete_counts_and_emits_one_schema_row(
     assert files_under(store.roots[Tier.HDD]) == []
 
 
+def test_read_range_reads_past_a_short_pread(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Linux returns at most ~2 GiB per pread; here every call returns at most 7 bytes
+    handle = store.create("big", request())
+    payload = bytes(range(256)) * 4
+    store.write(handle, payload)
+    real_preadv, real_pread = os.preadv, os.pread
+
+    def short_preadv(fd: int, buffers: list, offset: int) -> int:
+        return real_preadv(fd, [memoryview(buffers[0])[:7]], offset)
+
+    def short_pread(fd: int, n: int, offset: int) -> bytes:
+        return real_pread(fd, min(n, 7), offset)
+
+    monkeypatch.setattr(store_module.os, "preadv", short_preadv)
+    monkeypatch.setattr(store_module.os, "pread", short_pread)
+    data = store.read_range(handle, 3, 1000)
+    assert bytes(data) == payload[3:1003]
+    assert handle.stats.read_ops == 1 and handle.stats.read_bytes == 1000
+
+
 def test_rewrite_keeps_the_largest_size(store: TieredFileStore) -> None:
     handle = store.create("k", request())
     store.write(handle, b"x" * 100)
