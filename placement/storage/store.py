@@ -430,14 +430,18 @@ class TieredFileStore:
         """Move ``handle`` (and any bytes it holds) from the full SSD to HDD."""
         old_partial, old_path = handle.partial_path, handle.path
         new_path = resolve_within(self.roots[Tier.HDD], handle.name)
-        new_path.parent.mkdir(parents=True, exist_ok=True)
         new_partial = new_path.with_name(new_path.name + PARTIAL_SUFFIX)
         try:
+            new_path.parent.mkdir(parents=True, exist_ok=True)
             if old_partial.exists():
                 shutil.copyfile(old_partial, new_partial, follow_symlinks=False)
             elif old_path.exists():
                 shutil.copyfile(old_path, new_path, follow_symlinks=False)
         except OSError as exc:
+            # the bytes stay on SSD, where the handle still points; drop the half copy,
+            # which nothing tracks, from the HDD that is itself short of space
+            _unlink(new_partial)
+            _unlink(new_path)
             raise TierIOError(
                 exc.errno, f"moving {handle.name!r} from SSD to HDD failed: {exc}"
             ) from exc

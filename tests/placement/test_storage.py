@@ -411,6 +411,27 @@ def test_ssd_full_mid_append_moves_the_bytes_to_hdd(
     assert row["write_ops"] == 3 and row["write_bytes"] == row["size_bytes"] == 18
 
 
+def test_a_move_to_a_full_hdd_leaves_no_half_copy(
+    store: TieredFileStore, ssd_full: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ssd_full["allowed_ssd_writes"] = 1
+    handle = store.create("shuffle-9/4", request(FileKind.SHUFFLE), tier=Tier.SSD)
+    store.append(handle, b"first-")
+
+    def half_copy(src: Path, dst: Path, *, follow_symlinks: bool = True) -> None:
+        Path(dst).write_bytes(Path(src).read_bytes()[:3])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_module.shutil, "copyfile", half_copy)
+    with pytest.raises(TierIOError, match="moving 'shuffle-9/4' from SSD to HDD failed"):
+        store.append(handle, b"second")  # SSD full, then HDD full halfway through the move
+    assert handle.tier is Tier.SSD and files_under(store.roots[Tier.HDD]) == []
+    monkeypatch.undo()
+    assert bytes(store.read(handle)) == b"first-"  # what was stored is intact
+    store.delete(handle)
+    assert files_under(store.roots[Tier.SSD]) == files_under(store.roots[Tier.HDD]) == []
+
+
 def test_both_tiers_failing_raises_an_oserror(
     store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
