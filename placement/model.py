@@ -59,6 +59,7 @@ import contextlib
 import ctypes
 import dataclasses
 import enum
+import fcntl
 import hashlib
 import json
 import logging
@@ -111,6 +112,8 @@ SET_FILE = "models.json"
 MODEL_HASH_KEY = "model_sha256"
 #: Subdirectory of a model-set directory holding one directory per save (:meth:`ModelSet.save`).
 SETS_DIR = "sets"
+#: Lock file of a model-set directory, held while a save writes it.
+SET_LOCK_FILE = ".models.lock"
 #: Fewest training rows a pipeline needs for its own model, in :meth:`ModelSet.fit` and in
 #: :func:`placement.evaluate.evaluate`'s per-workload policy alike, so that what evaluate
 #: measures is what ``dataplane placement train --per-workload`` builds.
@@ -774,7 +777,8 @@ class ModelSet:
         a reader sees the old set or the new one. The set the old ``models.json`` named
         is kept for readers that had just read it; older ones are removed (the
         ``global/`` and ``pipelines/`` directories of sets saved before this layout are
-        left alone).
+        left alone). Saves into one directory take turns (an exclusive ``flock`` on its
+        ``.models.lock``), so two trainings that overlap both leave a whole set.
 
         Raises
         ------
@@ -783,6 +787,20 @@ class ModelSet:
             left as they were, and the partial new directory is removed.
         """
         directory = Path(path)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            lock = os.open(directory / SET_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise ModelError(f"cannot write a model set into {directory}: {exc}") from exc
+        try:
+            # saves into one directory take turns: each removes the sets the others wrote
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._save_locked(directory)
+        finally:
+            os.close(lock)  # releases the lock
+
+    def _save_locked(self, directory: Path) -> Path:
+        """:meth:`save`, holding the directory's lock."""
         index_file = directory / SET_FILE
         previous = _set_roots(index_file)
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -316,3 +317,32 @@ def test_model_set_saves_are_all_or_nothing(
     mode = (tmp_path / "plain").stat().st_mode
     assert all((d / "sets" / name).stat().st_mode == mode for name in kept)
     np.testing.assert_array_equal(ModelSet.load(d).predict(feats, names), want)
+
+
+def test_overlapping_saves_into_one_directory_take_turns(
+    tmp_path: Path, log: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = tmp_path / "set"
+    first = ModelSet.fit(log, min_rows=50, params=FAST)
+    second = ModelSet.fit(log[log["pipeline"] != "pipe0"], min_rows=50, params=FAST)
+    real_save = DensityModel.save
+    other: list[threading.Thread] = []
+
+    def save(self: DensityModel, path: str | os.PathLike[str]) -> Path:
+        out = real_save(self, path)
+        if not other:  # a second training saves while the first is half way
+            other.append(threading.Thread(target=second.save, args=(d,)))
+            other[0].start()
+            other[0].join(timeout=0.5)  # it waits for the first to finish (else: a mix)
+        return out
+
+    monkeypatch.setattr(DensityModel, "save", save)
+    first.save(d)
+    other[0].join()
+    monkeypatch.undo()
+    # the second save ran after the first: its set is whole and loaded, the first's kept
+    feats, names = build_features(log), log["pipeline"].to_numpy()
+    np.testing.assert_array_equal(
+        ModelSet.load(d).predict(feats, names), second.predict(feats, names)
+    )
+    assert len(list((d / "sets").iterdir())) == 2
