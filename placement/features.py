@@ -795,9 +795,8 @@ def features_from_request(
     inp = _f(_request_get(request, "input_bytes"))
     row[3], row[4] = p_in, p_out
     row[5] = math.log10(max(inp, 1.0)) if math.isfinite(inp) else math.nan
-    if math.isfinite(inp):
-        per = inp / max(p_out, 1.0) if math.isfinite(p_out) else inp
-        row[6] = math.log10(max(per, 1.0))
+    if math.isfinite(inp) and math.isfinite(p_out):  # as build_features: NaN without p_out
+        row[6] = math.log10(max(inp / max(p_out, 1.0), 1.0))
     row[7] = _f(_request_get(request, "priority"))
     row[8] = _f(_request_get(request, "memory_pressure"))
     row[9] = _f(_request_get(request, "n_workers"))

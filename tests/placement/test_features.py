@@ -148,9 +148,15 @@ def test_history_prior_falls_back_from_specific_to_kind_level() -> None:
     )
 
 
-def test_request_features_match_batch_features(log: pd.DataFrame) -> None:
+@pytest.mark.parametrize("unknown_partitions", [False, True])
+def test_request_features_match_batch_features(log: pd.DataFrame, unknown_partitions: bool) -> None:
     runs = log.groupby("run_id")["created_at"].min().sort_values().index.tolist()
     last = runs[-1]
+    if unknown_partitions:  # a spill of a stage the run context does not count
+        log = log.copy()
+        log["n_partitions_out"] = log["n_partitions_out"].astype("Float64")
+        log.loc[log["run_id"] == last, "n_partitions_out"] = None
+        assert log["input_bytes"].notna().all()
     history = HistoryStore(log[log["run_id"] != last])
     batch = build_features(log)
     rows = np.flatnonzero((log["run_id"] == last).to_numpy())[:10]
@@ -240,9 +246,7 @@ def test_size_estimate_without_an_expected_size_uses_the_stage_mean_size(
     # the scalar (live) path and the array path agree
     log_expected = np.array([math.nan, 6.0])
     arrays = {k: np.full(2, v) for k, v in hist.items()}
-    np.testing.assert_allclose(
-        size_estimate(log_expected, arrays), [got, size_estimate(6.0, hist)]
-    )
+    np.testing.assert_allclose(size_estimate(log_expected, arrays), [got, size_estimate(6.0, hist)])
     assert size_estimate(6.0, hist) == pytest.approx(6.0 + hist["h_ps_lgrow"])
     # nothing known at all: unknown
     empty = HistoryStore().lookup("new", "stage")
