@@ -402,9 +402,7 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
     ) -> None:
         super().__init__(ssd_capacity_bytes)
         if cost_model is not None and not isinstance(cost_model, CostModel):
-            raise TypeError(
-                f"cost_model={cost_model!r} must be a placement.cost.CostModel or None"
-            )
+            raise TypeError(f"cost_model={cost_model!r} must be a placement.cost.CostModel or None")
         if expected_lifetime is not None and not callable(expected_lifetime):
             raise TypeError(
                 f"expected_lifetime={expected_lifetime!r} must be a callable "
@@ -676,7 +674,7 @@ def oracle_admissions(
     val = np.asarray(value, np.float64)
     n = len(created)
     out = np.zeros(n, dtype=bool)
-    if n == 0 or cap == 0:
+    if n == 0:  # (with no capacity, empty files still fit)
         return out
     times = np.unique(np.concatenate([created, deleted]))
     lo = np.searchsorted(times, created)

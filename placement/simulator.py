@@ -90,7 +90,7 @@ class Trace:
     ``deleted`` already floored to ``created + MIN_LIFETIME_S``), ``size`` (bytes, as
     logged), ``ops`` (read + write operations), ``io_bytes`` (read + written bytes) and
     ``write_bytes``; ``known_size`` (bytes) is the size a policy is told at the file's
-    creation: by default ``expected_size_bytes`` where the log has a positive one, else
+    creation: by default ``expected_size_bytes`` where the log has one (0 included), else
     ``size`` (see :meth:`from_clean`).
     """
 
@@ -139,7 +139,8 @@ class Trace:
             expected = pd.to_numeric(df["expected_size_bytes"], errors="coerce").to_numpy(
                 np.float64, na_value=np.nan
             )
-            known = np.where(expected > 0, np.nan_to_num(expected), size).astype(np.int64)
+            # a logged 0 is a known size too: only a missing one falls back to the outcome
+            known = np.where(expected >= 0, np.nan_to_num(expected), size).astype(np.int64)
         if known_size is not None:
             given = np.asarray(known_size, dtype=np.float64)
             if given.shape != size.shape:
@@ -147,7 +148,9 @@ class Trace:
                     f"known_size has shape {given.shape} but the table has {len(size)} rows"
                 )
             ok = np.isfinite(given) & (given >= 0)
-            known = np.where(ok, np.round(np.nan_to_num(given)), known).astype(np.int64)
+            # clipped below 2**62 bytes: a larger estimate would wrap around in int64
+            given = np.minimum(np.round(np.nan_to_num(given)), float(2**62))
+            known = np.where(ok, given, known).astype(np.int64)
         return cls(created, deleted, size, ops, io_bytes, write_bytes, issues, known)
 
     def __len__(self) -> int:

@@ -131,6 +131,13 @@ def test_oracle_admissions_hand_example() -> None:
     ]
 
 
+def test_oracle_admissions_without_capacity_still_take_empty_files() -> None:
+    created, deleted = np.array([0.0, 0.0, 1.0]), np.array([2.0, 2.0, 3.0])
+    size, value = np.array([0.0, 5.0, 0.0]), np.array([1.0, 2.0, 3.0])
+    # 0 + 0 <= 0 fits, as in the simulator's ledger and the bound
+    assert oracle_admissions(created, deleted, size, value, 0).tolist() == [True, False, True]
+
+
 def test_oracle_admissions_are_feasible_and_greedy(rng: np.random.Generator) -> None:
     n = 300
     created = rng.uniform(0, 100, n)
@@ -196,7 +203,6 @@ def test_threshold_after_admission_charges_a_file_for_the_space_it_takes() -> No
     assert before.place("held", float(preds.max()), 20, 200.0) is Tier.SSD
     assert before.occupancy_with(60) == pytest.approx(0.20)
     assert before.place("big-middling", mid, 60, 201.0) is Tier.SSD  # densest 89% suffices
-
 
 
 # ---------------------------------------------------------------- the break-even test

@@ -169,9 +169,12 @@ def test_overlapped_runs_keep_their_own_timing_and_start_k_times_as_often() -> N
     # runs now overlap: live bytes peak higher than when they ran one after another
     assert peak_live_bytes(out) > peak_live_bytes(log)
     # k = 1 only closes the gaps between runs
-    closed = overlap_runs(log, 1).groupby("run_id").agg(
-        start=("created_at", "min"), end=("deleted_at", "max")
-    ).loc[runs.index]
+    closed = (
+        overlap_runs(log, 1)
+        .groupby("run_id")
+        .agg(start=("created_at", "min"), end=("deleted_at", "max"))
+        .loc[runs.index]
+    )
     np.testing.assert_allclose(
         closed["start"].iloc[1:].to_numpy(), closed["end"].iloc[:-1].to_numpy()
     )
@@ -247,6 +250,11 @@ def test_policies_decide_on_the_size_known_at_creation_and_the_oracle_on_the_out
     assert rec2.sizes == {0: 6000, 1: 300}
     with pytest.raises(ValueError, match="known_size has shape"):
         Trace.from_clean(df, known_size=np.zeros(3))
+    # a file declared empty is told 0 bytes, not its outcome; a huge estimate stays huge
+    declared = df.assign(expected_size_bytes=[0, None])
+    assert Trace.from_table(declared).known_size.tolist() == [0, 300]
+    huge = Trace.from_clean(df, known_size=np.array([1e19, math.nan]))
+    assert huge.known_size.tolist() == [2**62, 300]
     # the oracle knows the outcome: it is told (and packs by) the final size
     oracle = trace.oracle(5000)
     assert oracle.knows_outcome
