@@ -10,7 +10,8 @@ flushed and never leaves a torn Parquet file under a ``.parquet`` name.
 Flushes happen when ``max_rows`` rows are buffered, when a row arrives ``max_interval_s``
 seconds after the last flush, on :meth:`LogWriter.maybe_flush` (called periodically by
 the worker plugin) and on :meth:`LogWriter.close`. A flush that fails keeps its rows
-buffered for the next attempt.
+buffered for the next attempt. A row that does not fit the schema is dropped alone (and
+counted in :attr:`LogWriter.rows_dropped`); the other rows of its flush are written.
 """
 
 from __future__ import annotations
@@ -96,11 +97,19 @@ class LogWriter:
         self._closed = False
         #: Rows written to files so far.
         self.rows_written = 0
+        #: Rows dropped at a flush because they do not fit the log schema.
+        self.rows_dropped = 0
         #: Files written so far.
         self.files: list[Path] = []
 
     def add(self, row: Mapping[str, Any]) -> None:
-        """Buffer one row (schema column -> value); flush if the buffer is due. Thread-safe."""
+        """Buffer one row (schema column -> value); flush if the buffer is due. Thread-safe.
+
+        Raises
+        ------
+        LogWriteError
+            If the writer is closed (or closing): the row is not taken.
+        """
         with self._lock:
             if self._closed:
                 raise LogWriteError(f"log writer {self.prefix} is closed")
@@ -122,7 +131,9 @@ class LogWriter:
             return self.flush()
         except LogWriteError:
             logger.exception("writing placement log rows failed; they stay buffered")
-            return None
+        except Exception:  # a log must never fail the task that adds a row
+            logger.exception("flushing placement log rows failed")
+        return None
 
     @property
     def pending(self) -> int:
@@ -142,9 +153,12 @@ class LogWriter:
         ------
         LogWriteError
             If the file cannot be written; the rows stay buffered.
-        SchemaError
-            If a row does not fit the log schema (the rows are dropped and counted in
-            the message, since retrying cannot fix them).
+
+        Notes
+        -----
+        Rows that do not fit the log schema are dropped, since retrying cannot fix
+        them: they are counted in :attr:`rows_dropped` and a warning names the first
+        one's problem. The other rows are written.
         """
         with self._flush_lock:
             with self._lock:
@@ -153,11 +167,11 @@ class LogWriter:
             if not rows:
                 return None
             try:
-                table = pa.Table.from_pylist([dict(r) for r in rows], schema=SCHEMA)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:
-                raise SchemaError(
-                    f"{len(rows)} log row(s) do not fit the log schema: {exc}"
-                ) from exc
+                table = _to_table(rows)
+            except SchemaError:
+                rows, table = self._drop_bad_rows(rows)
+                if not rows:
+                    return None
             self._seq += 1
             name = f"{self.prefix}-{self._seq:06d}{LOG_SUFFIX}"
             final = self.directory / name
@@ -165,26 +179,68 @@ class LogWriter:
             try:
                 pq.write_table(table, tmp)
                 os.replace(tmp, final)
-            except OSError as exc:
+            except BaseException as exc:
+                # whatever failed, no torn file is left and the rows wait for the next flush
                 try:
                     tmp.unlink()
                 except OSError:
                     pass
                 with self._lock:
                     self._rows[:0] = rows
-                raise LogWriteError(exc.errno, f"writing log file {final} failed: {exc}") from exc
+                if not isinstance(exc, (OSError, pa.ArrowException)):
+                    raise
+                message = f"writing log file {final} failed: {exc}"
+                if isinstance(exc, OSError) and exc.errno is not None:
+                    raise LogWriteError(exc.errno, message) from exc
+                raise LogWriteError(message) from exc
             self.rows_written += len(rows)
             self.files.append(final)
             return final
 
+    def _drop_bad_rows(
+        self, rows: list[Mapping[str, Any]]
+    ) -> tuple[list[Mapping[str, Any]], pa.Table | None]:
+        """Convert ``rows`` one by one; drop and count those that do not fit the schema.
+
+        Returns
+        -------
+        (list, pyarrow.Table or None)
+            The rows that fit and their table (``None`` when no row fits).
+        """
+        good: list[Mapping[str, Any]] = []
+        tables: list[pa.Table] = []
+        first_problem = ""
+        for row in rows:
+            try:
+                tables.append(_to_table([row]))
+                good.append(row)
+            except SchemaError as exc:
+                if not first_problem:
+                    file_id = row.get("file_id") if isinstance(row, Mapping) else None
+                    first_problem = f"file_id {file_id!r}: {exc}"
+        dropped = len(rows) - len(good)
+        if dropped:
+            self.rows_dropped += dropped
+            logger.warning(
+                "dropped %d of %d placement log row(s) that do not fit the log schema; first: %s",
+                dropped,
+                len(rows),
+                first_problem,
+            )
+        return good, (pa.concat_tables(tables) if tables else None)
+
     def close(self) -> None:
-        """Flush the remaining rows; the writer accepts no more. Idempotent."""
+        """Flush the remaining rows; the writer accepts no more. Idempotent.
+
+        The writer refuses rows from the moment ``close`` starts. If the final flush
+        fails (:class:`LogWriteError`), the rows stay buffered and calling ``close``
+        again retries it.
+        """
         with self._lock:
-            if self._closed:
+            if self._closed and not self._rows:
                 return
-        self.flush()
-        with self._lock:
             self._closed = True
+        self.flush()
 
     def __enter__(self) -> LogWriter:
         return self
@@ -194,6 +250,28 @@ class LogWriter:
 
     def __repr__(self) -> str:
         return f"<LogWriter {self.directory}/{self.prefix}-*: {self.rows_written} rows written>"
+
+
+def _to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
+    """``rows`` as a table of :data:`SCHEMA`.
+
+    Raises
+    ------
+    SchemaError
+        If a row does not fit the schema: an unknown type, a value out of its column's
+        range, or a missing value in a required column.
+    """
+    try:
+        table = pa.Table.from_pylist([dict(r) for r in rows], schema=SCHEMA)
+    except (pa.ArrowException, KeyError, TypeError, ValueError) as exc:
+        raise SchemaError(f"{len(rows)} log row(s) do not fit the log schema: {exc}") from exc
+    nulls = [f.name for f in SCHEMA if not f.nullable and table[f.name].null_count]
+    if nulls:
+        raise SchemaError(
+            f"{len(rows)} log row(s) have no value in the required column(s) {nulls}; "
+            "give every row a value in each required column of the log schema"
+        )
+    return table
 
 
 @dataclass

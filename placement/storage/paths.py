@@ -15,10 +15,16 @@ from pathlib import Path
 
 from placement.storage.errors import UnsafePathError
 
-#: Longest file-name component most file systems accept, in bytes.
-MAX_COMPONENT_BYTES = 255
+#: Suffix of a file whose bytes are still being written.
+PARTIAL_SUFFIX = ".partial"
 
-_SUFFIXES = (".partial",)
+_SUFFIXES = (PARTIAL_SUFFIX,)
+
+#: Longest file-name component most file systems accept, in bytes.
+NAME_MAX_BYTES = 255
+
+#: Longest component a name may have, in bytes: room is kept for the ``.partial`` suffix.
+MAX_COMPONENT_BYTES = NAME_MAX_BYTES - max(len(s.encode()) for s in _SUFFIXES)
 
 
 def check_name(name: str) -> tuple[str, ...]:
@@ -28,8 +34,9 @@ def check_name(name: str) -> tuple[str, ...]:
     ------
     UnsafePathError
         If ``name`` is absolute, empty, contains ``..``/``.``/empty components,
-        a NUL byte or a backslash, a component longer than 255 bytes, or a component
-        ending in a suffix reserved for in-progress writes.
+        a NUL byte or a backslash, a component longer than :data:`MAX_COMPONENT_BYTES`
+        (247 bytes: 255 less the ``.partial`` suffix of in-progress writes), or a
+        component ending in a suffix reserved for in-progress writes.
     """
     if not isinstance(name, str) or not name:
         raise UnsafePathError(f"file name {name!r} must be a non-empty string")
@@ -48,7 +55,9 @@ def check_name(name: str) -> tuple[str, ...]:
             )
         if len(part.encode()) > MAX_COMPONENT_BYTES:
             raise UnsafePathError(
-                f"file name component {part[:40]!r}... is longer than {MAX_COMPONENT_BYTES} bytes"
+                f"file name component {part[:40]!r}... is longer than {MAX_COMPONENT_BYTES} "
+                f"bytes ({NAME_MAX_BYTES} less room for the {PARTIAL_SUFFIX!r} suffix of "
+                "in-progress writes); use a shorter name"
             )
         if part.endswith(_SUFFIXES):
             raise UnsafePathError(

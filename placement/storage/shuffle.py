@@ -30,6 +30,7 @@ counted) and a warning says why.
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -42,6 +43,8 @@ from placement.storage.context import RequestBuilder
 from placement.storage.errors import StorageError
 from placement.storage.request import FileKind
 from placement.storage.store import TempFile, TieredFileStore
+
+logger = logging.getLogger(__name__)
 
 _ORIGINAL_BUFFER = DiskShardsBuffer
 
@@ -115,13 +118,18 @@ class TieredDiskShardsBuffer(DiskShardsBuffer):
             return list(self._files.values())
 
     async def close(self) -> None:
+        """Close Dask's buffer, then delete every file (one row each), best-effort:
+        a file that fails to delete is logged and the others are still deleted."""
         try:
             await super().close()
         finally:
             with self._files_lock:
                 handles, self._files = list(self._files.values()), {}
             for handle in handles:
-                self._store.delete(handle)
+                try:
+                    self._store.delete(handle)
+                except Exception:
+                    logger.exception("deleting the shuffle file %r failed", handle)
 
 
 class _Route:

@@ -133,6 +133,10 @@ class TieredSpillBuffer(SpillBuffer):
         Worker memory limit in bytes, for the ``memory_pressure`` fact.
     log_writer : LogWriter, optional
         The log writer fed by ``store`` (kept here so the worker plugin can flush it).
+    explicit_target : bool, optional
+        Whether ``target`` was chosen by the caller (default True). When False it is a
+        placeholder default, and the worker plugin sets it from the worker's memory
+        limit; an explicit target is kept.
     """
 
     def __init__(
@@ -144,6 +148,7 @@ class TieredSpillBuffer(SpillBuffer):
         builder: RequestBuilder | None = None,
         memory_limit: int | None = None,
         log_writer: LogWriter | None = None,
+        explicit_target: bool = True,
     ) -> None:
         if not isinstance(target, int) or target < 0:
             raise ValueError(f"target={target!r} must be a non-negative number of bytes")
@@ -155,6 +160,8 @@ class TieredSpillBuffer(SpillBuffer):
         self.builder = builder or RequestBuilder()
         self.memory_limit = memory_limit
         self.log_writer = log_writer
+        #: Whether ``target`` was chosen by the caller rather than defaulted.
+        self.explicit_target = explicit_target
         self.builder.memory_pressure = self._memory_pressure
         self.files = SpillFiles(store, self.builder)
         self._slow_uncached.d = cast(Any, self.files)
@@ -205,10 +212,11 @@ def tiered_spill_buffer(
         Tier chooser; default ``FixedTier(Tier.HDD)``.
     memory_limit : int or str, optional
         Worker memory limit (bytes or ``"2GiB"``); ``target`` defaults to it times
-        ``distributed.worker.memory.target``. Without it, the worker plugin sets the
-        target from the worker's own limit when it starts.
+        ``distributed.worker.memory.target``. Without it (and without ``target``), the
+        worker plugin sets the target from the worker's own limit when it starts.
     target : int or str, optional
-        Explicit spill target in bytes.
+        Explicit spill target in bytes; kept as given (the worker plugin does not
+        replace it).
     max_spill : int, str or False, optional
         Default Dask config ``distributed.worker.memory.max-spill``.
     log_max_rows, log_max_interval_s
@@ -240,5 +248,10 @@ def tiered_spill_buffer(
     )
     store = TieredFileStore(ssd_dir=ssd, hdd_dir=hdd, chooser=chooser, sink=writer, label="worker")
     return TieredSpillBuffer(
-        store, target=target_bytes, max_spill=spill_limit, memory_limit=limit, log_writer=writer
+        store,
+        target=target_bytes,
+        max_spill=spill_limit,
+        memory_limit=limit,
+        log_writer=writer,
+        explicit_target=target is not None,
     )

@@ -29,6 +29,9 @@ What happens on failure
   :class:`~placement.storage.errors.UnsafePathError` before anything is touched.
 * **Chooser raises**: the file goes to HDD and the error is logged.
 * **Sink raises**: the row is dropped with a logged error; the file is still deleted.
+* **A file cannot be removed** (``unlink`` fails): the error is logged and the row is
+  still emitted; :meth:`TieredFileStore.close` goes on with the other files and always
+  removes the store's directories and releases its locks.
 
 Operations are counted at the store's interface: one :meth:`~TieredFileStore.write`,
 :meth:`~TieredFileStore.append`, :meth:`~TieredFileStore.read` or
@@ -54,7 +57,7 @@ from typing import Any, Protocol
 
 from placement.storage.chooser import FixedTier, TierChooser
 from placement.storage.errors import StorageError, TierIOError
-from placement.storage.paths import resolve_within
+from placement.storage.paths import PARTIAL_SUFFIX, resolve_within
 from placement.storage.request import FileRequest
 from placement.tier import Tier
 
@@ -63,7 +66,6 @@ logger = logging.getLogger(__name__)
 Buffer = bytes | bytearray | memoryview
 Data = Buffer | Sequence[Buffer] | Iterable[Buffer]
 
-PARTIAL_SUFFIX = ".partial"
 STORE_PREFIX = "store-"
 LOCK_SUFFIX = ".lock"
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -234,7 +236,8 @@ class TieredFileStore:
         """Remove the directories of dead stores from both tier directories.
 
         A store is dead when nobody holds its lock file (its process has exited or was
-        killed). Live stores, including those of other processes, are left alone.
+        killed). Live stores, including those of other processes, are left alone, and so
+        are stores of other users and any whose lock file cannot be opened or locked.
 
         Returns
         -------
@@ -251,25 +254,39 @@ class TieredFileStore:
     def close(self) -> None:
         """Delete every live file (emitting its row), remove this store's directories.
 
-        Idempotent. The store cannot create files afterwards.
+        Idempotent and best-effort: a file that cannot be deleted is logged and the
+        others are still deleted; the directories, lock files and locks are always
+        released. The store cannot create files afterwards.
         """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             live = list(self._live.values())
-        for handle in live:
-            self._delete(handle)
+        try:
+            for handle in live:
+                try:
+                    self._delete(handle)
+                except Exception:
+                    logger.exception("deleting %r while closing %s failed", handle, self.label)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Remove this store's directories and lock files and drop its locks."""
         for tier, root in self.roots.items():
             shutil.rmtree(root, ignore_errors=True)
             lock_path = self.tier_dirs[tier] / (root.name + LOCK_SUFFIX)
             try:
-                lock_path.unlink()
-            except FileNotFoundError:
-                pass
-        for fd in self._lock_fds:
-            os.close(fd)
-        self._lock_fds = []
+                _unlink(lock_path)
+            except OSError as exc:
+                logger.error("could not remove the store lock file %s: %s", lock_path, exc)
+        fds, self._lock_fds = self._lock_fds, []
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError as exc:
+                logger.error("could not close a lock of %s: %s", self.label, exc)
 
     def __enter__(self) -> TieredFileStore:
         return self
@@ -552,7 +569,9 @@ class TieredFileStore:
         """Delete the file and emit its log row; ``None`` if it was already deleted.
 
         ``log=False`` abandons a file that never held data (its first write failed):
-        it is removed without a row.
+        it is removed without a row. A file that cannot be removed from disk is logged
+        as an error; its row is still emitted and the store's directory, removed when
+        the store closes, takes it with it.
         """
         return self._delete(handle, log=log)
 
@@ -562,8 +581,11 @@ class TieredFileStore:
                 return None
             handle.deleted = True
             self._live.pop(handle.name, None)
-        _unlink(handle.partial_path)
-        _unlink(handle.path)
+        for path in (handle.partial_path, handle.path):
+            try:
+                _unlink(path)
+            except OSError as exc:
+                logger.error("could not remove the temporary file %s: %s", path, exc)
         row = self.row_of(handle, deleted_at=self.clock())
         if log and self.sink is not None:
             try:
@@ -687,8 +709,8 @@ def _remove_if_unlocked(path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         _unlink(path)
-    except BlockingIOError:
-        pass
+    except OSError:
+        pass  # locked by a live store, or not ours to remove
     finally:
         os.close(fd)
 
@@ -697,8 +719,26 @@ def _count_files(path: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(path))
 
 
+def _remove_tree(path: Path) -> int:
+    """Remove the directory ``path`` as far as possible; return the files actually removed."""
+    before = _count_files(path)
+    shutil.rmtree(path, ignore_errors=True)
+    return before - _count_files(path)
+
+
+def _owned_by_us(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.stat(follow_symlinks=False).st_uid == os.getuid()
+    except OSError:
+        return False  # gone, or not ours to look at
+
+
 def _remove_dead_stores(directory: Path) -> int:
-    """Remove ``store-*`` directories of ``directory`` whose lock nobody holds."""
+    """Remove ``store-*`` directories of ``directory`` whose lock nobody holds.
+
+    Entries of other users, and stores whose lock file cannot be opened or locked,
+    are left alone.
+    """
     removed = 0
     try:
         entries = list(os.scandir(directory))
@@ -706,6 +746,8 @@ def _remove_dead_stores(directory: Path) -> int:
         return 0
     for entry in entries:
         name = entry.name
+        if not name.startswith((STORE_PREFIX, "." + STORE_PREFIX)) or not _owned_by_us(entry):
+            continue
         if name.startswith("." + STORE_PREFIX) and name.endswith(LOCK_SUFFIX + ".tmp"):
             _remove_if_unlocked(directory / name)
             continue
@@ -724,18 +766,21 @@ def _remove_dead_stores(directory: Path) -> int:
         except FileNotFoundError:
             # A live store takes its lock before creating its directory: no lock, no owner.
             if store_dir.is_dir() and not store_dir.is_symlink():
-                removed += _count_files(store_dir)
-                shutil.rmtree(store_dir, ignore_errors=True)
+                removed += _remove_tree(store_dir)
             continue
+        except OSError:
+            continue  # not ours to open (another user's store): leave it alone
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # its owner is alive
+            except OSError:
+                continue  # its owner is alive, or it cannot be locked: leave it alone
             if store_dir.is_dir() and not store_dir.is_symlink():
-                removed += _count_files(store_dir)
-                shutil.rmtree(store_dir, ignore_errors=True)
-            _unlink(lock_path)
+                removed += _remove_tree(store_dir)
+            try:
+                _unlink(lock_path)
+            except OSError:
+                pass  # the next cleaner tries again
         finally:
             os.close(fd)
     return removed

@@ -97,7 +97,9 @@ class WorkerStorage:
             )
             limit = getattr(worker.memory_manager, "memory_limit", None)
             if limit and data.memory_limit is None:
-                data.set_memory_limit(limit, default_target_fraction())
+                # an explicit target is kept; only a defaulted one follows the worker's limit
+                fraction = None if data.explicit_target else default_target_fraction()
+                data.set_memory_limit(limit, fraction)
         else:
             ssd, hdd = tier_dirs(worker.local_directory, options.ssd_dir, options.hdd_dir)
             logs = options.log_dir or config_dir(LOG_DIR_KEY)

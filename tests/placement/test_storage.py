@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -28,7 +29,7 @@ from placement.storage import (
     UnsafePathError,
 )
 from placement.storage.context import RequestBuilder, RunContext
-from placement.storage.paths import check_name, name_for_key
+from placement.storage.paths import MAX_COMPONENT_BYTES, check_name, name_for_key
 from placement.tier import Tier
 
 
@@ -316,6 +317,114 @@ def test_duplicate_and_deleted_files_are_errors(store: TieredFileStore) -> None:
         store.write(handle, b"late")
 
 
+def held_paths() -> list[str]:
+    """Targets of this process's open file descriptors."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            held.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass  # closed since it was listed
+    return held
+
+
+@pytest.fixture
+def stuck_unlink(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files whose name starts with ``stuck`` cannot be removed (EIO)."""
+    real = store_module._unlink
+
+    def unlink(path: Path) -> None:
+        if path.name.startswith("stuck"):
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        real(path)
+
+    monkeypatch.setattr(store_module, "_unlink", unlink)
+
+
+@pytest.mark.usefixtures("stuck_unlink")
+def test_a_file_that_cannot_be_removed_still_emits_its_row(
+    store: TieredFileStore, sink: ListSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    handle = store.create("stuck-1", request())
+    store.write(handle, b"data")
+    with caplog.at_level(logging.ERROR):
+        row = store.delete(handle)
+    assert row is not None and sink.rows == [row] and row["write_bytes"] == 4
+    assert "could not remove the temporary file" in caplog.text and "stuck-1" in caplog.text
+    assert store.live_files() == [] and store.delete(handle) is None
+
+
+@pytest.mark.usefixtures("stuck_unlink")
+def test_close_deletes_everything_it_can_and_releases_the_store(
+    tmp_path: Path, sink: ListSink
+) -> None:
+    store = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink)
+    handles = [store.create(name, request()) for name in ("stuck-a", "good", "stuck-b")]
+    for handle in handles:
+        store.write(handle, b"payload")
+    partial = store.create("stuck-appended", request(), tier=Tier.SSD)
+    store.append(partial, b"half")
+    locks = [
+        str(d / (root.name + ".lock"))
+        for d, root in zip(store.tier_dirs.values(), store.roots.values(), strict=True)
+    ]
+    assert any(p.startswith(tuple(locks)) for p in held_paths())
+
+    store.close()
+
+    assert sorted(r["file_id"] for r in sink.rows) == sorted(
+        h.file_id for h in [*handles, partial]
+    ), "every live file's row is emitted"
+    assert store.closed and store.live_files() == []
+    assert [*(tmp_path / "ssd").iterdir(), *(tmp_path / "hdd").iterdir()] == [], (
+        "the store's directories (with the files that could not be unlinked) and lock "
+        "files are removed"
+    )
+    assert not any(p.startswith(tuple(locks)) for p in held_paths()), "the locks are released"
+    store.close()  # still idempotent
+    assert len(sink.rows) == 4
+
+
+def test_shuffle_buffer_close_deletes_every_file_even_if_one_fails(
+    store: TieredFileStore, sink: ListSink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from distributed.shuffle._limiter import ResourceLimiter
+
+    from placement.storage.shuffle import TieredDiskShardsBuffer
+
+    real_delete = store.delete
+
+    def delete(handle: store_module.TempFile, *, log: bool = True) -> dict | None:
+        if handle.name.endswith("/0"):
+            raise RuntimeError("injected failure")
+        return real_delete(handle, log=log)
+
+    monkeypatch.setattr(store, "delete", delete)
+
+    async def run() -> dict[str, str]:
+        buf = TieredDiskShardsBuffer(
+            tmp_path / "shuffle-1-1",
+            lambda path: (None, 0),
+            ResourceLimiter(None),
+            store=store,
+            builder=RequestBuilder(),
+        )
+        for part in "012":
+            buf._write_frames([b"shard"], part)
+        file_ids = {h.name: h.file_id for h in buf.files}
+        await buf.close()
+        assert buf.files == []
+        return file_ids
+
+    file_ids = asyncio.run(run())
+    assert sorted(r["file_id"] for r in sink.rows) == sorted(
+        [file_ids["shuffle-1-1/1"], file_ids["shuffle-1-1/2"]]
+    ), "the files after the one that failed are still deleted and logged"
+    assert [h.name for h in store.live_files()] == ["shuffle-1-1/0"]
+
+
 # ---------------------------------------------------------------------- unsafe names
 @pytest.mark.parametrize(
     "name",
@@ -349,6 +458,21 @@ def test_symlinks_inside_the_tier_are_refused(store: TieredFileStore, tmp_path: 
     with pytest.raises(UnsafePathError, match="symbolic link"):
         store.create("filelink", request())
     assert list(outside.iterdir()) == []
+
+
+def test_name_components_leave_room_for_the_partial_suffix(store: TieredFileStore) -> None:
+    assert MAX_COMPONENT_BYTES == 255 - len(".partial")
+    longest = "s" * MAX_COMPONENT_BYTES
+    handle = store.create(f"dir/{longest}", request())
+    store.append(handle, b"in progress")  # written as <name>.partial: 255 bytes
+    assert bytes(store.read(handle)) == b"in progress"
+    store.delete(handle)
+    too_long = "é" * ((MAX_COMPONENT_BYTES + 2) // 2)  # 248 bytes in UTF-8
+    with pytest.raises(UnsafePathError, match=f"longer than {MAX_COMPONENT_BYTES} bytes"):
+        store.create(f"dir/{too_long}", request())
+    with pytest.raises(UnsafePathError, match="partial"):
+        check_name("t" * (MAX_COMPONENT_BYTES + 1))
+    assert store.live_files() == []
 
 
 def test_names_made_from_keys_are_safe() -> None:
@@ -536,3 +660,60 @@ def test_stores_started_together_on_shared_directories_all_start(tmp_path: Path)
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
     assert list((tmp_path / "ssd").iterdir()) == [] and list((tmp_path / "hdd").iterdir()) == []
+
+
+def make_dead_store(directory: Path, name: str, n_files: int) -> Path:
+    """The directory and unlocked lock file a killed store leaves behind."""
+    store_dir = directory / name
+    store_dir.mkdir(parents=True)
+    for i in range(n_files):
+        (store_dir / f"f{i}").write_bytes(b"orphan")
+    (directory / f"{name}.lock").touch()
+    return store_dir
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create another user's files")
+def test_cleanup_leaves_other_users_stores_alone(tmp_path: Path) -> None:
+    other_uid = 4321
+    theirs = make_dead_store(tmp_path / "hdd", "store-otherhost-1-0000aaaa", 1)
+    for path in (theirs, theirs / "f0", tmp_path / "hdd" / f"{theirs.name}.lock"):
+        os.chown(path, other_uid, other_uid)
+    ours = make_dead_store(tmp_path / "hdd", "store-thishost-2-0000bbbb", 2)
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd") as s:
+        assert s.orphans_removed == 2 and not ours.exists()
+        assert (theirs / "f0").exists() and (tmp_path / "hdd" / f"{theirs.name}.lock").exists()
+
+
+def test_cleanup_leaves_stores_whose_lock_cannot_be_opened_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    theirs = make_dead_store(tmp_path / "hdd", "store-otherhost-1-0000aaaa", 1)
+    refused = str(tmp_path / "hdd" / f"{theirs.name}.lock")
+    real_open = os.open
+
+    def open_(path: str | os.PathLike[str], flags: int, *args: Any, **kw: Any) -> int:
+        if os.fspath(path) == refused:
+            raise PermissionError(errno.EACCES, "Permission denied", refused)
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(store_module.os, "open", open_)
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd") as s:
+        assert s.orphans_removed == 0
+        assert (theirs / "f0").exists()
+
+
+def test_cleanup_counts_only_the_files_it_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = make_dead_store(tmp_path / "hdd", "store-deadhost-1-0000cccc", 3)
+
+    def rmtree_failing_midway(path: Path, ignore_errors: bool = False) -> None:
+        # removes one file, then one cannot be removed: rmtree gives up
+        (Path(path) / "f0").unlink(missing_ok=True)
+
+    monkeypatch.setattr(store_module.shutil, "rmtree", rmtree_failing_midway)
+    store = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd")
+    assert store.orphans_removed == 1
+    assert sorted(p.name for p in dead.iterdir()) == ["f1", "f2"]
+    monkeypatch.undo()
+    store.close()

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import placement.logwriter as logwriter_module
-from placement.errors import SchemaError
 from placement.logwriter import LogWriteError, LogWriter, read_logs
 from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
+from placement.storage import FileRequest, TieredFileStore
 
 
 def row(i: int, **kw: object) -> dict:
@@ -96,11 +98,111 @@ def test_failed_flush_keeps_rows_and_leaves_no_torn_file(
     assert read_logs(tmp_path).table.num_rows == 2
 
 
-def test_rows_that_do_not_fit_the_schema_are_refused(tmp_path: Path) -> None:
+def test_a_row_that_does_not_fit_the_schema_is_dropped_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     writer = LogWriter(tmp_path)
-    writer.add(row(1, size_bytes="large"))
-    with pytest.raises(SchemaError, match="do not fit the log schema"):
+    writer.add(row(1))
+    writer.add(row(2, size_bytes="large"))
+    writer.add(row(3))
+    writer.add(row(4, file_id=None))  # converts (as a null), but the column is required
+    writer.add(row(5, priority=2**31))  # out of the int32 column's range
+    with caplog.at_level(logging.WARNING, logger="placement.logwriter"):
+        assert writer.flush() is not None
+    assert writer.rows_dropped == 3 and writer.rows_written == 2 and writer.pending == 0
+    assert "dropped 3 of 5" in caplog.text and "'f2'" in caplog.text, "names the first bad row"
+    assert sorted(read_logs(tmp_path).table["file_id"].to_pylist()) == ["f1", "f3"]
+    writer.add(row(6, size_bytes="large"))
+    assert writer.flush() is None and writer.rows_dropped == 4, "a batch of only bad rows"
+    writer.close()
+
+
+def test_maybe_flush_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    writer = LogWriter(tmp_path, max_interval_s=10, clock=lambda: now[0])
+    writer.add(row(1))
+    writer.add({"not": "a log row"})
+    now[0] = 11.0
+    assert writer.maybe_flush() is not None
+    assert writer.rows_written == 1 and writer.rows_dropped == 1
+
+    def failing_write(table: object, where: object, **kw: object) -> None:
+        raise RuntimeError("unexpected failure")
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", failing_write)
+    writer.add(row(2))
+    now[0] = 30.0
+    assert writer.maybe_flush() is None
+    assert writer.pending == 1, "the row waits for the next flush"
+    monkeypatch.undo()
+    writer.close()
+    assert writer.rows_written == 2
+
+
+def test_an_arrow_error_while_writing_keeps_the_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = LogWriter(tmp_path, max_rows=1000)
+    writer.add(row(1))
+    writer.add(row(2))
+
+    def torn_write(table: object, where: object, **kw: object) -> None:
+        Path(where).write_bytes(b"PAR1 half a file")
+        raise pa.ArrowInvalid("cannot encode the page")
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", torn_write)
+    with pytest.raises(LogWriteError, match="cannot encode the page"):
         writer.flush()
+    assert writer.pending == 2 and writer.rows_dropped == 0
+    assert list(tmp_path.iterdir()) == [], "the temporary file is removed"
+    monkeypatch.undo()
+    writer.close()
+    assert read_logs(tmp_path).table.num_rows == 2
+
+
+def test_rows_arriving_while_close_flushes_are_refused_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = LogWriter(tmp_path / "logs")
+    store = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=writer)
+    early, late = (
+        store.create(name, FileRequest(file_kind="spill", created_at=time.time()))
+        for name in ("early", "late")
+    )
+    store.delete(early)
+    real_write = logwriter_module.pq.write_table
+
+    def write_while_a_row_arrives(table: pa.Table, where: object, **kw: object) -> None:
+        store.delete(late)  # a file deleted while the writer is closing
+        real_write(table, where, **kw)
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", write_while_a_row_arrives)
+    writer.close()
+    assert store.rows_dropped == 1, "the late row is refused, and counted by the store"
+    assert writer.pending == 0 and writer.rows_written == 1
+    assert read_logs(tmp_path / "logs").table["file_id"].to_pylist() == [early.file_id]
+    with pytest.raises(LogWriteError, match="closed"):
+        writer.add(row(9))
+    store.close()
+
+
+def test_a_failed_final_flush_is_retried_by_the_next_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = LogWriter(tmp_path)
+    writer.add(row(1))
+
+    def full(table: object, where: object, **kw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", full)
+    with pytest.raises(LogWriteError, match="No space left"):
+        writer.close()
+    with pytest.raises(LogWriteError, match="closed"):
+        writer.add(row(2))
+    monkeypatch.undo()
+    writer.close()
+    assert writer.pending == 0 and read_logs(tmp_path).table.num_rows == 1
 
 
 def test_reader_skips_and_reports_bad_files(tmp_path: Path) -> None:

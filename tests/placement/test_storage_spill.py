@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,8 +16,10 @@ from placement.storage import (
     ByKindTier,
     FileKind,
     RunContext,
+    StorageOptions,
     TieredFileStore,
     TieredSpillBuffer,
+    WorkerStorage,
     set_run_context,
     tiered_spill_buffer,
 )
@@ -144,4 +147,36 @@ def test_factory_reads_tier_directories_from_dask_config(tmp_path: Path) -> None
         assert buf.store.tier_dirs[Tier.HDD] == tmp_path / "ch"
         assert buf.log_writer is None
     finally:
+        buf.close()
+
+
+class FakeWorker(SimpleNamespace):
+    """The worker attributes the plugin reads (weak-referenceable, as a Worker is)."""
+
+    __slots__ = ("__weakref__",)
+
+
+@pytest.mark.parametrize(("target", "expected"), [("64kB", 64_000), (None, int(8 * 2**30 * 0.25))])
+def test_worker_plugin_keeps_an_explicit_target_and_sets_a_default_one(
+    tmp_path: Path, target: str | None, expected: int
+) -> None:
+    import dask
+
+    with dask.config.set({"placement.log-dir": None, "distributed.worker.memory.target": 0.25}):
+        buf = tiered_spill_buffer(
+            str(tmp_path), ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", target=target
+        )
+        worker = FakeWorker(
+            data=buf,
+            memory_manager=SimpleNamespace(memory_limit=8 * 2**30),
+            local_directory=str(tmp_path),
+            address="tcp://127.0.0.1:1",
+            periodic_callbacks={},
+        )
+        storage = WorkerStorage.attach(worker, StorageOptions(route_p2p=False))
+    try:
+        assert buf.n == expected, "the spill target, in bytes"
+        assert buf.memory_limit == 8 * 2**30, "the worker's limit is adopted either way"
+    finally:
+        storage.close()
         buf.close()
