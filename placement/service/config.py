@@ -85,7 +85,8 @@ class ServiceConfig:
     ----------
     ssd_capacity_bytes : int
         Cluster-wide SSD budget, in bytes: the sum over workers of the bytes of live
-        files on SSD never exceeds it by the service's decisions.
+        files on SSD never exceeds it by the service's decisions. A string such as
+        ``"20GiB"`` is parsed at construction; the field holds the int.
     model_path : str, optional
         Directory of a trained model (a :class:`~placement.model.ModelSet` or a single
         :class:`~placement.model.DensityModel`); without one, smaller files are
@@ -95,7 +96,8 @@ class ServiceConfig:
         read from it at start and at every model reload.
     lease_ttl_s : float
         Life of a lease, in seconds; a worker that cannot renew it places new files on
-        HDD once it has expired, and the scheduler re-lends its allowance then.
+        HDD once it has expired, and the scheduler re-lends its allowance then. A
+        string such as ``"2s"`` is parsed at construction; the field holds the float.
     lease_fraction : float, optional
         Largest lease, as a share of ``ssd_capacity_bytes``, in (0, 1]; ``None``
         (default) lends each of ``n`` workers at most ``1 / (2 n)`` of the budget, so
@@ -117,10 +119,11 @@ class ServiceConfig:
     occupancy_basis: OccupancyBasis = OccupancyBasis.BEFORE
 
     def __post_init__(self) -> None:
-        _bytes(SSD_CAPACITY_KEY, self.ssd_capacity_bytes)
-        if isinstance(self.ssd_capacity_bytes, float):
-            object.__setattr__(self, "ssd_capacity_bytes", int(self.ssd_capacity_bytes))
-        _seconds(LEASE_TTL_KEY, self.lease_ttl_s)
+        # store the parsed numbers: "20GiB" and "2s" become bytes and seconds here
+        object.__setattr__(
+            self, "ssd_capacity_bytes", _bytes(SSD_CAPACITY_KEY, self.ssd_capacity_bytes)
+        )
+        object.__setattr__(self, "lease_ttl_s", _seconds(LEASE_TTL_KEY, self.lease_ttl_s))
         if self.lease_fraction is not None and not (
             isinstance(self.lease_fraction, (int, float)) and 0 < self.lease_fraction <= 1
         ):
@@ -187,6 +190,9 @@ class ServiceConfig:
 class LinkConfig:
     """Settings of a worker's link to the service (validated at construction).
 
+    Durations and sizes may be given as strings (``"250ms"``, ``"4MiB"``); they are
+    parsed at construction, so the fields hold seconds (float) and bytes (int).
+
     Parameters
     ----------
     sync_interval_s : float
@@ -205,14 +211,15 @@ class LinkConfig:
     unknown_size_bytes: int = 4 * 2**20
 
     def __post_init__(self) -> None:
-        _seconds(SYNC_INTERVAL_KEY, self.sync_interval_s)
-        _seconds(SYNC_TIMEOUT_KEY, self.sync_timeout_s)
-        if isinstance(self.unknown_size_bytes, bool) or not (
-            isinstance(self.unknown_size_bytes, int) and self.unknown_size_bytes >= 0
+        # store the parsed numbers: "250ms" and "4MiB" become seconds and bytes here
+        for name, key in (
+            ("sync_interval_s", SYNC_INTERVAL_KEY),
+            ("sync_timeout_s", SYNC_TIMEOUT_KEY),
         ):
-            raise ServiceConfigError(
-                f"{UNKNOWN_SIZE_KEY}={self.unknown_size_bytes!r} must be a number of bytes >= 0"
-            )
+            object.__setattr__(self, name, _seconds(key, getattr(self, name)))
+        object.__setattr__(
+            self, "unknown_size_bytes", _bytes(UNKNOWN_SIZE_KEY, self.unknown_size_bytes)
+        )
 
     @classmethod
     def from_dask_config(cls, **overrides: Any) -> LinkConfig:

@@ -19,5 +19,13 @@ class ServiceConfigError(ServiceError, ValueError):
     """A ``placement.*`` Dask configuration value is missing or invalid (names the key and the fix)."""
 
 
+class WorkerRemoved(ServiceError):
+    """A lease renewal from a worker the scheduler has removed from the cluster.
+
+    The scheduler plugin answers it with ``{"refused": reason}`` rather than an error,
+    so that a retiring worker's last renewal does not log a traceback on the scheduler.
+    """
+
+
 class ServiceUnavailable(ServiceError, ConnectionError):
     """The scheduler does not run the placement service (no handler answered)."""

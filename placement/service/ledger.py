@@ -15,7 +15,9 @@ The service never lends more than is free: ``sum(used + reserved + live grants) 
 capacity`` after every grant. A report replaces the worker's ``used`` and clears its
 ``reserved`` (its files are in the report now): the ledger is reconciled on every
 report. A lease that expires stops counting; a worker that leaves (or dies) is removed
-with everything it held.
+with everything it held. As a safety net, a worker whose last report is older than
+``stale_after_s`` (a few lease lives, :meth:`ClusterLedger.expire`) and that holds no
+live lease or reservation is forgotten too, so a share can never outlive its worker.
 
 Worked example (capacity 100, largest lease 30)::
 
@@ -38,7 +40,8 @@ from placement.service.errors import ServiceError
 
 @dataclass
 class WorkerShare:
-    """What one worker holds in the ledger (bytes; ``granted_until`` in scheduler seconds)."""
+    """What one worker holds in the ledger (bytes; ``*_until`` and ``last_report`` in
+    scheduler seconds)."""
 
     used: int = 0
     reserved: int = 0
@@ -46,6 +49,7 @@ class WorkerShare:
     granted: int = 0
     granted_until: float = -math.inf
     reports: int = 0
+    last_report: float = -math.inf
 
     def live_grant(self, now: float) -> int:
         """The lease still in force at ``now`` (0 once expired)."""
@@ -83,14 +87,16 @@ class ClusterLedger:
             share = self._shares[worker] = WorkerShare()
         return share
 
-    def report(self, worker: str, used_bytes: int) -> None:
-        """``worker`` holds ``used_bytes`` on SSD now: replaces its ``used``, clears ``reserved``."""
+    def report(self, worker: str, used_bytes: int, *, now: float) -> None:
+        """``worker`` holds ``used_bytes`` on SSD at ``now`` (scheduler seconds): replaces
+        its ``used``, clears ``reserved``."""
         used = _nbytes("used_bytes", used_bytes)
         share = self._share(worker)
         share.used = used
         share.reserved = 0
         share.reserved_until = -math.inf
         share.reports += 1
+        share.last_report = float(now)
 
     def grant(
         self, worker: str, want_bytes: int, *, now: float, ttl_s: float, max_bytes: int
@@ -121,11 +127,22 @@ class ClusterLedger:
         share.reserved_until = now + float(ttl_s)
         return True
 
-    def expire(self, now: float) -> None:
-        """Forget requesters that never reported and hold nothing at ``now``."""
+    def expire(self, now: float, *, stale_after_s: float = math.inf) -> list[str]:
+        """Forget requesters that hold nothing at ``now`` and either never reported or
+        last reported more than ``stale_after_s`` seconds before ``now``.
+
+        Returns the workers forgotten although they had reported (stale shares).
+        """
+        stale = []
         for name, share in list(self._shares.items()):
-            if share.reports == 0 and not share.live_grant(now) and not share.live_reserved(now):
+            if share.live_grant(now) or share.live_reserved(now):
+                continue
+            if share.reports == 0:
                 del self._shares[name]
+            elif now - share.last_report > stale_after_s:
+                del self._shares[name]
+                stale.append(name)
+        return stale
 
     def remove(self, worker: str) -> WorkerShare | None:
         """Forget ``worker`` (it left the cluster or died); returns what it held."""
@@ -173,6 +190,7 @@ class ClusterLedger:
             row["reserved"] = s.live_reserved(now)
             row.pop("granted_until")
             row.pop("reserved_until")
+            row.pop("last_report")
             workers[name] = row
         return {
             "capacity_bytes": self.capacity,

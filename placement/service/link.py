@@ -26,7 +26,15 @@ What happens on failure
   ledger is corrected at once, and a fresh lease resumes SSD placement.
 * **Scheduler without the service** (no ``placement_sync`` handler): as unreachable,
   with a warning that names the preload to add.
-* **A bad model payload**: the worker keeps its current model and says why.
+* **A bad model payload**: the worker keeps its current model and says why, once per
+  model version; it reports the version (``bad_model_version``) so that the scheduler
+  does not ship it again until a newer one exists.
+* **A malformed answer, or any other error of a renewal** (usage, model, reply):
+  counts as a failed renewal (``last_error`` says why); the renewal loop logs an
+  unexpected error once and goes on, so only :meth:`ServiceLink.stop` ends it.
+* **Leases shorter than the renewal interval**: an answer whose lease life is not
+  longer than ``placement.service.sync-interval``, or that arrives after its lease
+  expired (which then does not count as a renewal), logs one warning naming both keys.
 """
 
 from __future__ import annotations
@@ -41,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from placement.service.config import LinkConfig
-from placement.service.errors import ServiceUnavailable
-from placement.service.lease import LeasedChooser
+from placement.service.config import LEASE_TTL_KEY, SYNC_INTERVAL_KEY, LinkConfig
+from placement.service.errors import ServiceError, ServiceUnavailable
+from placement.service.lease import LeasedChooser, SyncTicket
 from placement.service.predictor import Predictor
 from placement.storage.store import TieredFileStore
 from placement.tier import Tier
@@ -53,6 +61,8 @@ logger = logging.getLogger(__name__)
 SYNC_HANDLER = "placement_sync"
 #: Round-trip times kept, for p50/p99.
 RTT_SAMPLES = 4096
+#: Distinct unexpected renewal-loop errors logged with their traceback.
+MAX_LOGGED_ERRORS = 32
 
 
 class ServiceLink:
@@ -101,6 +111,9 @@ class ServiceLink:
         self.consecutive_failures = 0
         self.last_error: str | None = None
         self.model_errors = 0
+        self.bad_model_version: int | None = None
+        self._warned: set[str] = set()
+        self._logged_errors: set[str] = set()
         self._rtt: deque[float] = deque(maxlen=RTT_SAMPLES)
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -125,12 +138,9 @@ class ServiceLink:
             "live_files": len(live),
         }
 
-    async def sync_once(self) -> bool:
-        """Renew the lease once. Returns whether the scheduler answered in time; never raises
-        (except cancellation)."""
-        ticket = self.chooser.begin_sync()
+    def _message(self, ticket: SyncTicket) -> dict[str, Any]:
         usage = self.usage()
-        message = {
+        message: dict[str, Any] = {
             "worker": self.address,
             "used_bytes": usage["ssd_committed_bytes"],
             "observations": [[p, s] for p, s in ticket.observations],
@@ -147,15 +157,35 @@ class ServiceLink:
                 "link_failures": self.failures,
             },
         }
+        if self.bad_model_version is not None:  # absent: none (older schedulers lack it)
+            message["bad_model_version"] = self.bad_model_version
+        return message
+
+    async def sync_once(self) -> bool:
+        """Renew the lease once. Returns whether a lease still valid came back in time;
+        never raises (except cancellation)."""
+        ticket = self.chooser.begin_sync()
         started = time.perf_counter()
         try:
+            message = self._message(ticket)
             handler = getattr(self.rpc, SYNC_HANDLER)
             reply = await asyncio.wait_for(handler(**message), timeout=self.config.sync_timeout_s)
+            if isinstance(reply, dict) and "refused" in reply:
+                raise ServiceError(f"the scheduler refused the renewal: {reply['refused']}")
             if not isinstance(reply, dict) or "allowance" not in reply:
                 raise ServiceUnavailable(
                     "the scheduler has no placement service (no answer to "
                     f"{SYNC_HANDLER!r}); start it with `dask scheduler --preload placement.dask`"
                 )
+            lease = _parse_reply(reply)
+            rtt = time.perf_counter() - started
+            if self._check_ttl(ticket, lease["ttl_s"]):
+                self.chooser.restore(ticket)
+                return False
+            payload = reply.get("predictor")
+            if payload is not None:
+                await self._install(payload, lease["model_version"])
+            self.chooser.accept(ticket, **lease)
         except asyncio.CancelledError:
             self.chooser.restore(ticket)
             raise
@@ -163,20 +193,7 @@ class ServiceLink:
             self.chooser.restore(ticket)
             self._failed(exc)
             return False
-        self._rtt.append(time.perf_counter() - started)
-        payload = reply.get("predictor")
-        if payload is not None:
-            await self._install(payload)
-        self.chooser.accept(
-            ticket,
-            allowance_bytes=int(reply["allowance"]),
-            threshold=float(reply["threshold"]),
-            ttl_s=float(reply["ttl"]),
-            model_version=int(reply.get("model_version", 0)),
-            curve=reply.get("curve"),
-            used_bytes=int(reply.get("used", 0)),
-            capacity_bytes=int(reply.get("capacity", 0)),
-        )
+        self._rtt.append(rtt)
         self.syncs += 1
         if self.consecutive_failures:
             logger.info(
@@ -186,7 +203,44 @@ class ServiceLink:
         self.consecutive_failures = 0
         return True
 
-    def _failed(self, exc: BaseException) -> None:
+    def _check_ttl(self, ticket: SyncTicket, ttl_s: float) -> bool:
+        """Warn (once per cause) when leases lapse between renewals; returns whether the
+        lease answered to ``ticket`` has already expired (it then counts as a failure)."""
+        interval = self.config.sync_interval_s
+        fix = (
+            f"set {LEASE_TTL_KEY} on the scheduler to several times {SYNC_INTERVAL_KEY} on "
+            f"the workers and well above the renewal round trip (defaults: 5s and 250ms)"
+        )
+        elapsed = self.chooser.clock() - ticket.sent_at
+        expired = elapsed >= ttl_s
+        if expired:
+            reason = (
+                f"the lease arrived expired: its life ({ttl_s:g} s, {LEASE_TTL_KEY}) had "
+                f"passed since the renewal was sent {elapsed:.3g} s ago"
+            )
+            self._failed(ServiceError(reason), warn=False)
+            cause = "expired"
+        elif ttl_s <= interval:
+            reason = (
+                f"the lease life ({ttl_s:g} s, {LEASE_TTL_KEY} on the scheduler) is not "
+                f"longer than the renewal interval ({interval:g} s, {SYNC_INTERVAL_KEY} on "
+                "this worker), so leases lapse between renewals"
+            )
+            cause = "short"
+        else:
+            return False
+        if cause not in self._warned:
+            self._warned.add(cause)
+            logger.warning(
+                "placement worker %s: %s and new files go to %r meanwhile; %s",
+                self.address,
+                reason,
+                self.chooser.fallback,
+                fix,
+            )
+        return expired
+
+    def _failed(self, exc: BaseException, *, warn: bool = True) -> None:
         self.failures += 1
         self.consecutive_failures += 1
         if isinstance(exc, asyncio.TimeoutError):
@@ -194,9 +248,9 @@ class ServiceLink:
         else:
             reason = f"{type(exc).__name__}: {exc}"
         self.last_error = reason
-        if self.consecutive_failures == 1:
+        if self.consecutive_failures == 1 and warn:
             logger.warning(
-                "placement service unreachable from %s (%s); new files use the current lease "
+                "placement lease renewal failed on %s (%s); new files use the current lease "
                 "until it expires, then %r",
                 self.address,
                 reason,
@@ -205,16 +259,23 @@ class ServiceLink:
         else:
             logger.debug("placement lease renewal failed again: %s", reason)
 
-    async def _install(self, payload: bytes) -> None:
+    async def _install(self, payload: bytes, version: int) -> None:
+        if version == self.bad_model_version:
+            return  # this version did not install before (a scheduler that re-sends it)
         try:
             predictor = await asyncio.to_thread(Predictor.from_bytes, payload)
         except Exception as exc:  # noqa: BLE001 - keep deciding with the model we have
             self.model_errors += 1
+            self.bad_model_version = version
             logger.error(
-                "placement model from the scheduler not installed, keeping the current one: %s", exc
+                "placement model version %d from the scheduler not installed, keeping the "
+                "current one (the scheduler will not send it again; a newer model is tried): %s",
+                version,
+                exc,
             )
             return
         self.chooser.install_predictor(predictor)
+        self.bad_model_version = None
         logger.info("placement model version %d installed (%s)", predictor.version, predictor.kind)
 
     # ------------------------------------------------------------------ the loop
@@ -237,10 +298,28 @@ class ServiceLink:
     async def _run(self) -> None:
         assert self._wake is not None
         while not self._closed:
-            await self.sync_once()
-            self._wake.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.config.sync_interval_s)
+            try:
+                await self.sync_once()
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.config.sync_interval_s)
+            except Exception as exc:  # noqa: BLE001 - only stop() ends the renewals
+                self._loop_error(exc)
+                await asyncio.sleep(self.config.sync_interval_s)
+
+    def _loop_error(self, exc: Exception) -> None:
+        self._failed(exc, warn=False)
+        key = f"{type(exc).__name__}: {exc}"
+        if key in self._logged_errors or len(self._logged_errors) >= MAX_LOGGED_ERRORS:
+            logger.debug("placement lease renewal loop error again: %s", key)
+            return
+        self._logged_errors.add(key)
+        logger.error(
+            "placement lease renewal on %s failed unexpectedly; renewals go on: %s",
+            self.address,
+            key,
+            exc_info=exc,
+        )
 
     async def stop(self) -> None:
         """Stop renewing (the lease stays until it expires)."""
@@ -249,8 +328,14 @@ class ServiceLink:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            try:
                 await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                logger.exception(
+                    "placement lease renewals of %s had stopped on an error", self.address
+                )
 
     # ------------------------------------------------------------------ inspection
     def rtt_s(self) -> np.ndarray:
@@ -267,6 +352,7 @@ class ServiceLink:
             "consecutive_failures": self.consecutive_failures,
             "last_error": self.last_error,
             "model_errors": self.model_errors,
+            "bad_model_version": self.bad_model_version,
             "rtt_ms": (
                 {
                     "n": int(rtt.size),
@@ -279,3 +365,30 @@ class ServiceLink:
             "chooser": self.chooser.stats(),
             "usage": self.usage(),
         }
+
+
+def _parse_reply(reply: dict[str, Any]) -> dict[str, Any]:
+    """The lease fields of a ``placement_sync`` answer, as :meth:`LeasedChooser.accept`
+    takes them.
+
+    Raises
+    ------
+    ServiceError
+        If a field is missing or not a number (the message names the fix).
+    """
+    try:
+        curve = reply.get("curve")
+        return {
+            "allowance_bytes": int(reply["allowance"]),
+            "threshold": float(reply["threshold"]),
+            "ttl_s": float(reply["ttl"]),
+            "model_version": int(reply.get("model_version", 0)),
+            "curve": [float(t) for t in curve] if curve else None,
+            "used_bytes": int(reply.get("used", 0)),
+            "capacity_bytes": int(reply.get("capacity", 0)),
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ServiceError(
+            f"malformed placement_sync answer from the scheduler ({type(exc).__name__}: {exc}); "
+            "run the same placement version on the scheduler and the workers"
+        ) from None

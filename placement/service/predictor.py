@@ -73,9 +73,7 @@ class Predictor:
         if self.history is None:
             return int(declared) if declared is not None else None
         kind, op = request.file_kind, request.operator
-        hist = self.history.lookup(
-            request.pipeline, request.stage, str(kind or ""), str(op or "")
-        )
+        hist = self.history.lookup(request.pipeline, request.stage, str(kind or ""), str(op or ""))
         log_expected = math.log10(max(int(declared), 1)) if declared is not None else math.nan
         log_size = size_estimate(log_expected, hist)
         return round(10.0**log_size) if log_size == log_size else None

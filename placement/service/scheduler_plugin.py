@@ -9,6 +9,7 @@ from typing import Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from placement.service.config import ServiceConfig
+from placement.service.errors import WorkerRemoved
 from placement.service.service import PlacementService
 
 logger = logging.getLogger(__name__)
@@ -29,15 +30,20 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
     Lifecycle: ``start(scheduler)`` adds the handlers of :data:`HANDLERS` to
     ``scheduler.handlers`` (so they travel over Dask's own comms, TLS included when the
     cluster has a ``Security``); ``remove_worker`` drops a departed worker's share of
-    the SSD ledger; ``close()`` removes the handlers. Added by the ``placement.dask``
-    preload (``dask scheduler --preload placement.dask``) or with
-    ``client.register_plugin(PlacementSchedulerPlugin(...))``.
+    the SSD ledger and refuses its later renewals, ``add_worker`` accepts a worker
+    (again); ``close()`` removes the handlers. Added by the ``placement.dask`` preload
+    (``dask scheduler --preload placement.dask``), with
+    ``client.register_plugin(PlacementSchedulerPlugin(...))``, or in the scheduler's
+    process with ``scheduler.add_plugin(...)``.
 
     Parameters
     ----------
     service : PlacementService, optional
         The service to host; by default one built from Dask's config
         (:meth:`ServiceConfig.from_dask_config`) when the plugin starts.
+        ``client.register_plugin`` pickles the plugin, so the scheduler then hosts a
+        *copy* of this service (its clocks must pickle too): read its state with
+        :func:`~placement.service.client.service_state`, not from this object.
     """
 
     name = PLUGIN_NAME
@@ -62,6 +68,10 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
                 if self.scheduler.handlers.get(op) == getattr(self, method):
                     del self.scheduler.handlers[op]
 
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        if self.service is not None:
+            self.service.add_worker(worker)
+
     def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
         if self.service is not None:
             self.service.remove_worker(worker)
@@ -73,8 +83,12 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
 
     # ------------------------------------------------------------------ handlers
     async def handle_sync(self, **message: Any) -> dict[str, Any]:
-        """``placement_sync``: a worker's report; answers its new lease."""
-        return self._service().sync(**message)
+        """``placement_sync``: a worker's report; answers its new lease, or
+        ``{"refused": reason}`` to a worker the scheduler has removed."""
+        try:
+            return self._service().sync(**message)
+        except WorkerRemoved as exc:
+            return {"refused": str(exc)}
 
     async def handle_decide(
         self, worker: str, requests: list[dict[str, Any]]

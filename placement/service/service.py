@@ -14,7 +14,8 @@ cluster and is tested directly. It answers three requests:
     curve: the threshold at occupancies 0, 1/32, ..., 1, with the cluster's used bytes
     and the budget, so that a worker judges each file at the occupancy it would leave,
     as the policy does), the lease's life, and the
-    model when the worker's is older. Workers then decide locally
+    model when the worker's is older (and not the version the worker reported it
+    could not install). Workers then decide locally
     (:class:`~placement.service.lease.LeasedChooser`), so no file creation waits on the
     scheduler.
 :meth:`~PlacementService.decide` (batched decision requests)
@@ -30,7 +31,11 @@ cluster and is tested directly. It answers three requests:
 
 What happens on failure: a malformed report raises
 :class:`~placement.service.errors.ServiceError` (the worker treats it as an unreachable
-service and falls back to HDD); a model that cannot be loaded raises
+service and falls back to HDD); a report from a worker the scheduler has removed
+(:meth:`~PlacementService.remove_worker`) raises
+:class:`~placement.service.errors.WorkerRemoved`, so that it cannot recreate the
+worker's share; a worker that stops reporting is forgotten after :data:`STALE_LEASES`
+lease lives even if its removal was never seen; a model that cannot be loaded raises
 :class:`~placement.errors.ModelError` and the current model stays in use; unreadable
 log files are skipped when reading history.
 """
@@ -52,7 +57,7 @@ from placement.logwriter import read_logs
 from placement.model import ModelSet
 from placement.policy import AdaptiveThresholdPolicy, OccupancyBasis
 from placement.service.config import ServiceConfig
-from placement.service.errors import ServiceError
+from placement.service.errors import ServiceError, WorkerRemoved
 from placement.service.ledger import ClusterLedger
 from placement.service.predictor import Predictor
 from placement.storage.errors import UnsafePathError
@@ -69,6 +74,10 @@ CURVE_POINTS = 33
 MAX_OBSERVATIONS = 10_000
 MAX_BATCH = 10_000
 _MAX_COUNTERS = 64
+#: A worker silent for this many lease lives loses its share of the ledger.
+STALE_LEASES = 4
+#: Most removed workers remembered (to refuse their late renewals).
+MAX_DEPARTED = 4096
 #: Size assumed by batched decisions for a file of unknown size, in bytes.
 UNKNOWN_SIZE_BYTES = 4 * 2**20
 
@@ -81,6 +90,7 @@ class WorkerRecord:
     last_seen: float
     syncs: int = 0
     model_version: int = 0
+    bad_model_version: int | None = None
     predictions: int = 0
     service_decisions: dict[str, int] = field(default_factory=lambda: {"ssd": 0, "hdd": 0})
     counters: dict[str, float] = field(default_factory=dict)
@@ -169,6 +179,7 @@ class PlacementService:
         self._lock = threading.Lock()
         self.records: dict[str, WorkerRecord] = {}
         self.departed = 0
+        self._departed: dict[str, None] = {}  # removed workers, oldest first
         self.reloads = 0
         if predictor is None:
             predictor = (
@@ -274,8 +285,12 @@ class PlacementService:
         model_version: int = 0,
         counters: Mapping[str, float] | None = None,
         want_bytes: int | None = None,
+        bad_model_version: int | None = None,
     ) -> dict[str, Any]:
         """Record a worker's report and answer with its new lease (see the module docstring).
+
+        ``bad_model_version`` is the model version the worker could not install
+        (``None``: none); that version is not shipped to it again.
 
         Returns
         -------
@@ -283,12 +298,16 @@ class PlacementService:
             ``allowance`` (bytes), ``threshold`` (log10 density at the ledger's
             occupancy), ``curve`` (:meth:`threshold_curve`), ``used`` and ``capacity``
             (the ledger's bytes), ``ttl`` (seconds), ``model_version`` and
-            ``predictor`` (pickled bytes when the worker's model is older, else ``None``).
+            ``predictor`` (pickled bytes when the worker's model is older and is not
+            ``bad_model_version``, else ``None``).
 
         Raises
         ------
         ServiceError
             If the report is malformed (nothing is recorded then).
+        WorkerRemoved
+            If the report comes from a worker the scheduler removed (nothing is
+            recorded then).
         """
         if not isinstance(worker, str) or not worker:
             raise ServiceError(f"worker={worker!r} must be the worker's address")
@@ -300,12 +319,22 @@ class PlacementService:
             want_bytes = 0
         if isinstance(want_bytes, bool) or not isinstance(want_bytes, int) or want_bytes < 0:
             raise ServiceError(f"want_bytes={want_bytes!r} must be None or an int >= 0 bytes")
-        self.ledger.report(worker, used_bytes)
-        self.ledger.expire(self.clock())
+        if bad_model_version is not None and (
+            isinstance(bad_model_version, bool) or not isinstance(bad_model_version, int)
+        ):
+            raise ServiceError(f"bad_model_version={bad_model_version!r} must be None or an int")
+        if worker in self._departed:
+            raise WorkerRemoved(
+                f"worker {worker} was removed from the cluster; its lease renewal is refused "
+                "and its SSD share stays released. Restart the worker so that it registers "
+                "with the scheduler again"
+            )
+        now = self.clock()
+        self.ledger.report(worker, used_bytes, now=now)
+        self._expire(now)
         cap = max(self.config.max_lease_bytes(len(self.ledger)), want_bytes)
         for pred, size in preds:
             self.policy.observe(pred, size)
-        now = self.clock()
         allowance = self.ledger.grant(
             worker, cap, now=now, ttl_s=self.config.lease_ttl_s, max_bytes=cap
         )
@@ -313,6 +342,7 @@ class PlacementService:
         rec.last_seen = self.wall_clock()
         rec.syncs += 1
         rec.model_version = model_version
+        rec.bad_model_version = bad_model_version
         rec.predictions += len(preds)
         rec.counters = values
         with self._lock:
@@ -325,8 +355,22 @@ class PlacementService:
             "capacity": self.ledger.capacity,
             "ttl": self.config.lease_ttl_s,
             "model_version": version,
-            "predictor": payload if model_version != version else None,
+            "predictor": (payload if version not in (model_version, bad_model_version) else None),
         }
+
+    def _expire(self, now: float) -> None:
+        """Drop lapsed requesters from the ledger, and workers silent for
+        :data:`STALE_LEASES` lease lives (their removal was missed) with their records."""
+        stale = self.ledger.expire(now, stale_after_s=STALE_LEASES * self.config.lease_ttl_s)
+        for worker in stale:
+            self.records.pop(worker, None)
+            logger.warning(
+                "placement ledger: worker %s has not reported for %d lease lives (%g s); "
+                "its SSD share is released until it reports again",
+                worker,
+                STALE_LEASES,
+                STALE_LEASES * self.config.lease_ttl_s,
+            )
 
     # ------------------------------------------------------------------ batched decisions
     def decide(self, *, worker: str, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -365,7 +409,7 @@ class PlacementService:
         if valid:
             preds = self.predictor.predict_many([r for _, r, _ in valid], [s for _, _, s in valid])
             now = self.clock()
-            self.ledger.expire(now)
+            self._expire(now)
             rec = self._record(worker)
             for (i, _, size), pred in zip(valid, preds, strict=True):
                 pred = float(pred)
@@ -382,8 +426,18 @@ class PlacementService:
         return answers
 
     # ------------------------------------------------------------------ membership
+    def add_worker(self, worker: str) -> None:
+        """``worker`` joined the cluster: accept its renewals (again, if an earlier worker
+        at the same address was removed)."""
+        self._departed.pop(worker, None)
+
     def remove_worker(self, worker: str) -> None:
-        """``worker`` left the cluster (or died): drop its share of the ledger."""
+        """``worker`` left the cluster (or died): drop its share of the ledger and refuse
+        its later renewals (one may still be on its way) until it is added again."""
+        self._departed.pop(worker, None)
+        self._departed[worker] = None
+        while len(self._departed) > MAX_DEPARTED:
+            del self._departed[next(iter(self._departed))]
         share = self.ledger.remove(worker)
         if self.records.pop(worker, None) is not None or share is not None:
             self.departed += 1
@@ -416,6 +470,7 @@ class PlacementService:
                     "last_seen": rec.last_seen,
                     "syncs": rec.syncs,
                     "model_version": rec.model_version,
+                    "bad_model_version": rec.bad_model_version,
                     "predictions": rec.predictions,
                     "service_decisions": dict(rec.service_decisions),
                     **rec.counters,
@@ -423,6 +478,18 @@ class PlacementService:
                 for name, rec in self.records.items()
             },
         }
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a lock does not pickle: the copy (e.g. the one ``client.register_plugin``
+        # sends to the scheduler) gets a fresh one
+        with self._lock:
+            state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<PlacementService {self.ledger!r} model v{self.predictor.version}>"

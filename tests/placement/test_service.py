@@ -4,8 +4,11 @@ scheduler-side service, worker-side leased chooser and its link (with a stand-in
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import pickle
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import dask
@@ -27,6 +30,8 @@ from placement.service import (
     ServiceError,
     ServiceLink,
 )
+from placement.service.errors import WorkerRemoved
+from placement.service.service import STALE_LEASES
 from placement.storage import FileRequest, FixedTier, TieredFileStore
 from placement.tier import Tier
 from tests.placement.logtables import make_log
@@ -119,20 +124,54 @@ def test_link_config_rejects_bad_values() -> None:
         LinkConfig(unknown_size_bytes=-5)
 
 
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "field", "expected"),
+    [
+        (ServiceConfig, {"ssd_capacity_bytes": "20GiB"}, "ssd_capacity_bytes", 20 * 2**30),
+        (ServiceConfig, {"ssd_capacity_bytes": MiB, "lease_ttl_s": "2s"}, "lease_ttl_s", 2.0),
+        (LinkConfig, {"sync_interval_s": "250ms"}, "sync_interval_s", 0.25),
+        (LinkConfig, {"sync_timeout_s": "1s"}, "sync_timeout_s", 1.0),
+        (LinkConfig, {"unknown_size_bytes": "1MiB"}, "unknown_size_bytes", MiB),
+    ],
+)
+def test_config_strings_are_parsed_at_construction(
+    cls: type, kwargs: dict, field: str, expected: float
+) -> None:
+    for config in (cls(**kwargs), cls.from_dask_config(**kwargs)):
+        value = getattr(config, field)
+        assert value == expected and type(value) is type(expected)
+    assert ServiceConfig(ssd_capacity_bytes="1KiB").max_lease_bytes(2) == 256
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "key"),
+    [
+        (ServiceConfig, {"ssd_capacity_bytes": "lots"}, "placement.ssd-capacity"),
+        (ServiceConfig, {"ssd_capacity_bytes": 1, "lease_ttl_s": "later"}, "lease-ttl"),
+        (LinkConfig, {"sync_interval_s": "soon"}, "sync-interval"),
+        (LinkConfig, {"sync_timeout_s": "1 fortnight"}, "sync-timeout"),
+        (LinkConfig, {"unknown_size_bytes": "big"}, "unknown-size"),
+    ],
+)
+def test_config_refuses_strings_that_are_not_numbers(cls: type, kwargs: dict, key: str) -> None:
+    with pytest.raises(ServiceConfigError, match=rf"{key}=.*(such as|bytes)"):
+        cls(**kwargs)
+
+
 # ---------------------------------------------------------------------- ledger
 def test_ledger_never_lends_more_than_is_free_and_reconciles_on_reports() -> None:
     ledger = ClusterLedger(100)
     assert ledger.grant("a", 30, now=0, ttl_s=5, max_bytes=30) == 30
     assert ledger.grant("b", 90, now=0, ttl_s=5, max_bytes=90) == 70  # only 70 free
     assert ledger.free(0) == 0 and ledger.grant("c", 10, now=0, ttl_s=5, max_bytes=10) == 0
-    ledger.report("a", 25)  # a placed 25 bytes; its new lease replaces the old one
+    ledger.report("a", 25, now=1)  # a placed 25 bytes; its new lease replaces the old one
     assert ledger.grant("a", 30, now=1, ttl_s=5, max_bytes=30) == 5
     assert ledger.used() == 25 and ledger.committed(1) == 100
     # leases expire: b's 70 bytes are free again after its ttl (a's lease runs to t=6)
     assert ledger.committed(5.5) == 25 + 5 and ledger.free(5.5) == 70
     assert ledger.free(6) == 75
     # a worker whose files outgrew its lease puts the cluster over budget: nothing is lent
-    ledger.report("b", 80)
+    ledger.report("b", 80, now=7)
     assert ledger.grant("b", 30, now=7, ttl_s=5, max_bytes=30) == 0
     assert ledger.free(7) < 0 and ledger.occupancy(7) > 1.0
     # a worker that leaves takes its bytes with it
@@ -145,7 +184,7 @@ def test_ledger_reserves_for_service_decisions_until_the_next_report() -> None:
     ledger = ClusterLedger(10)
     assert ledger.reserve("w", 6, now=0, ttl_s=5) and not ledger.reserve("w", 6, now=0, ttl_s=5)
     assert ledger.used() == 6
-    ledger.report("w", 6)  # the file is in the worker's report now: counted once
+    ledger.report("w", 6, now=0)  # the file is in the worker's report now: counted once
     assert ledger.used() == 6 and ledger.share("w").reserved == 0
     # a requester that never reports holds its reservation for one lease life only
     assert ledger.reserve("client", 4, now=0, ttl_s=5) and ledger.free(1) == 0
@@ -155,9 +194,21 @@ def test_ledger_reserves_for_service_decisions_until_the_next_report() -> None:
     ledger.expire(5)
     assert "client" not in ledger and "w" in ledger
     with pytest.raises(ServiceError, match="non-negative int"):
-        ledger.report("w", -1)
+        ledger.report("w", -1, now=0)
     with pytest.raises(ServiceError, match="address"):
-        ledger.report("", 1)
+        ledger.report("", 1, now=0)
+
+
+def test_ledger_forgets_a_worker_that_stopped_reporting() -> None:
+    ledger = ClusterLedger(100)
+    ledger.report("gone", 30, now=0)
+    ledger.report("live", 20, now=10)
+    ledger.grant("gone", 10, now=0, ttl_s=25, max_bytes=10)
+    assert ledger.expire(21, stale_after_s=20) == [] and "gone" in ledger  # its lease holds
+    ledger.report("live", 20, now=21)
+    assert ledger.expire(26, stale_after_s=20) == ["gone"]
+    assert ledger.workers() == ["live"] and ledger.used() == 20
+    assert ledger.expire(1e9) == [] and "live" in ledger  # no limit: reporters stay
 
 
 # ---------------------------------------------------------------------- predictor
@@ -259,9 +310,14 @@ def test_a_lease_judges_each_file_at_the_occupancy_it_would_leave() -> None:
     def leased(with_curve: bool) -> LeasedChooser:
         chooser = LeasedChooser(clock=Clock())
         chooser.accept(
-            chooser.begin_sync(), allowance_bytes=100 * MiB, threshold=reply["threshold"],
-            ttl_s=5, model_version=0, curve=curve if with_curve else None,
-            used_bytes=reply["used"], capacity_bytes=reply["capacity"],
+            chooser.begin_sync(),
+            allowance_bytes=100 * MiB,
+            threshold=reply["threshold"],
+            ttl_s=5,
+            model_version=0,
+            curve=curve if with_curve else None,
+            used_bytes=reply["used"],
+            capacity_bytes=reply["capacity"],
         )
         return chooser
 
@@ -287,6 +343,7 @@ def test_a_lease_judges_each_file_at_the_occupancy_it_would_leave() -> None:
         ({"worker": "w", "used_bytes": 0, "observations": [["x", 1]]}, "number"),
         ({"worker": "w", "used_bytes": 0, "counters": {"a": "b"}}, "number"),
         ({"worker": "w", "used_bytes": 0, "want_bytes": -1}, "want_bytes"),
+        ({"worker": "w", "used_bytes": 0, "bad_model_version": "1"}, "bad_model_version"),
     ],
 )
 def test_malformed_reports_are_refused_and_not_recorded(message: dict, match: str) -> None:
@@ -313,6 +370,53 @@ def test_departed_workers_release_their_share() -> None:
     state = service.state()
     assert set(state["ledger"]["workers"]) == {"w2"} and state["ledger"]["used_bytes"] == 10 * MiB
     assert state["departed_workers"] == 1 and set(state["workers"]) == {"w2"}
+
+
+def test_a_removed_worker_cannot_recreate_its_share() -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB), clock=Clock())
+    service.sync(worker="a", used_bytes=0)
+    service.sync(worker="b", used_bytes=40 * MiB)
+    service.remove_worker("b")
+    # a renewal that was on its way when the scheduler removed b
+    with pytest.raises(WorkerRemoved, match="b was removed.*Restart the worker"):
+        service.sync(worker="b", used_bytes=40 * MiB)
+    assert service.ledger.workers() == ["a"] and service.ledger.used() == 0
+    assert set(service.state()["workers"]) == {"a"}
+    service.add_worker("b")  # a new worker at the same address is accepted
+    assert service.sync(worker="b", used_bytes=MiB)["allowance"] > 0
+    assert service.ledger.share("b").used == MiB
+
+
+def test_a_worker_silent_for_a_few_lease_lives_loses_its_share(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    config = ServiceConfig(ssd_capacity_bytes=100 * MiB, lease_ttl_s=5.0)
+    service = PlacementService(config, clock=clock)
+    service.sync(worker="a", used_bytes=0)
+    service.sync(worker="ghost", used_bytes=40 * MiB)  # its removal never reaches the service
+    clock.now += STALE_LEASES * 5.0 - 1
+    service.sync(worker="a", used_bytes=0)
+    assert "ghost" in service.ledger
+    clock.now += 2
+    with caplog.at_level(logging.WARNING, logger="placement.service.service"):
+        reply = service.sync(worker="a", used_bytes=0)
+    assert service.ledger.workers() == ["a"] and set(service.state()["workers"]) == {"a"}
+    assert reply["allowance"] == 50 * MiB  # the budget is one worker's again
+    assert "ghost has not reported" in caplog.text
+
+
+def test_a_model_a_worker_cannot_install_is_not_shipped_again(model_dir: Path) -> None:
+    service = PlacementService(
+        ServiceConfig(ssd_capacity_bytes=MiB), predictor=Predictor(version=1)
+    )
+    assert service.sync(worker="w", used_bytes=0)["predictor"] is not None
+    reply = service.sync(worker="w", used_bytes=0, bad_model_version=1)
+    assert reply["predictor"] is None and reply["model_version"] == 1
+    assert service.state()["workers"]["w"]["bad_model_version"] == 1
+    service.reload_model(str(model_dir))  # a newer model is shipped
+    reply = service.sync(worker="w", used_bytes=0, bad_model_version=1)
+    assert Predictor.from_bytes(reply["predictor"]).version == 2
 
 
 def test_reload_model_without_restart_ships_it_once(model_dir: Path, tmp_path: Path) -> None:
@@ -396,6 +500,43 @@ def test_scheduler_plugin_adds_and_removes_its_handlers() -> None:
     out = asyncio.run(main())
     assert out["reply"]["allowance"] == MiB // 2 and "w" in out["state"]["workers"]
     assert scheduler.handlers == {} and len(plugin.service.ledger) == 0
+
+
+def test_scheduler_plugin_refuses_renewals_of_a_removed_worker() -> None:
+    class FakeScheduler:
+        def __init__(self) -> None:
+            self.handlers: dict = {}
+
+    scheduler = FakeScheduler()
+    plugin = PlacementSchedulerPlugin(PlacementService(ServiceConfig(ssd_capacity_bytes=MiB)))
+
+    async def main() -> list[dict]:
+        await plugin.start(scheduler)
+        sync = scheduler.handlers["placement_sync"]
+        replies = [await sync(worker="w", used_bytes=10)]
+        plugin.remove_worker(scheduler, "w", stimulus_id="test")
+        replies.append(await sync(worker="w", used_bytes=10))
+        assert len(plugin.service.ledger) == 0  # the late renewal recreated nothing
+        plugin.add_worker(scheduler, "w")
+        replies.append(await sync(worker="w", used_bytes=10))
+        await plugin.close()
+        return replies
+
+    first, refused, rejoined = asyncio.run(main())
+    assert "allowance" in first and "allowance" in rejoined
+    assert set(refused) == {"refused"} and "w was removed" in refused["refused"]
+    assert plugin.service.ledger.share("w").used == 10
+
+
+def test_scheduler_plugin_with_a_service_pickles_for_register_plugin() -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB))
+    service.sync(worker="w", used_bytes=10)
+    copy = pickle.loads(pickle.dumps(PlacementSchedulerPlugin(service)))
+    assert copy.scheduler is None and copy.service is not service
+    assert copy.service.ledger.share("w").used == 10  # the state travels
+    assert copy.service.sync(worker="v", used_bytes=0)["allowance"] > 0
+    assert copy.service.predictor.version == 0  # its lock works
+    assert "v" not in service.ledger
 
 
 # ---------------------------------------------------------------------- worker-side chooser
@@ -568,6 +709,207 @@ def test_background_renewals_run_and_stop(store: TieredFileStore) -> None:
     asyncio.run(main())
     assert link.syncs >= 5 and chooser.has_valid_lease()
     assert service.state()["workers"]["tcp://w:1"]["syncs"] == link.syncs
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Wait for ``check()`` (a bound against hanging, not a timing assertion)."""
+    for _ in range(1000):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"gave up waiting for {what}")
+
+
+def test_renewals_go_on_after_a_failing_predictor_or_a_malformed_answer(
+    store: TieredFileStore,
+) -> None:
+    class Broken(Predictor):
+        def expected_size(self, request: FileRequest) -> int | None:
+            raise RuntimeError("history lookup failed")
+
+    class Scheduler(FakeScheduler):
+        malformed = False
+
+        async def placement_sync(self, **message: object) -> dict | None:
+            reply = await super().placement_sync(**message)
+            return {"allowance": 1} if self.malformed else reply
+
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=64 * MiB))
+    scheduler = Scheduler(service)
+    chooser = LeasedChooser()
+    store.create("a", request(MiB), tier=Tier.SSD)  # usage() asks the predictor about it
+    link = ServiceLink(
+        chooser, store, scheduler, "tcp://w:1", config=LinkConfig(sync_interval_s=0.01)
+    )
+
+    async def main() -> None:
+        link.start()
+        await until(lambda: link.syncs >= 1, "a first renewal")
+        good = chooser.predictor
+        chooser.install_predictor(Broken())
+        await until(lambda: link.failures >= 3, "failed renewals")
+        assert link.last_error == "RuntimeError: history lookup failed"
+        chooser.install_predictor(good)
+        await until(lambda: link.consecutive_failures == 0, "renewals to succeed again")
+
+        scheduler.malformed = True
+        failures = link.failures
+        await until(lambda: link.failures >= failures + 3, "failed renewals")
+        assert "malformed placement_sync answer" in link.last_error
+        assert "'threshold'" in link.last_error
+        scheduler.malformed = False
+        syncs = link.syncs
+        await until(lambda: link.syncs > syncs, "renewals to succeed again")
+        assert link._task is not None and not link._task.done()
+        await link.stop()
+
+    asyncio.run(main())
+    assert link.consecutive_failures == 0
+
+
+def test_the_renewal_loop_logs_an_unexpected_error_once_and_goes_on(
+    store: TieredFileStore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB))
+    chooser = LeasedChooser()
+    begin_sync = chooser.begin_sync
+    faults = [RuntimeError("boom")] * 3
+
+    def faulty_begin_sync() -> object:
+        if faults:
+            raise faults.pop()
+        return begin_sync()
+
+    monkeypatch.setattr(chooser, "begin_sync", faulty_begin_sync)
+    link = ServiceLink(
+        chooser, store, FakeScheduler(service), "tcp://w:1", config=LinkConfig(sync_interval_s=0.01)
+    )
+
+    async def main() -> None:
+        link.start()
+        await until(lambda: link.syncs >= 1, "a renewal after the errors")
+        await link.stop()
+
+    with caplog.at_level(logging.DEBUG, logger="placement.service.link"):
+        asyncio.run(main())
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "boom" in errors[0].getMessage()
+    assert link.failures == 3 and link.last_error == "RuntimeError: boom"
+
+
+def test_a_refused_renewal_counts_as_a_failure(store: TieredFileStore) -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB))
+    plugin = PlacementSchedulerPlugin(service)
+
+    class Scheduler:
+        async def placement_sync(self, **message: object) -> dict:
+            return await plugin.handle_sync(**message)
+
+    link = ServiceLink(LeasedChooser(), store, Scheduler(), "tcp://w:1")
+    assert asyncio.run(link.sync_once())
+    plugin.remove_worker(None, "tcp://w:1", stimulus_id="test")
+    assert not asyncio.run(link.sync_once())
+    assert link.failures == 1 and "refused the renewal" in link.last_error
+    assert "tcp://w:1" not in service.ledger
+
+
+def test_a_bad_model_is_reported_not_resent_and_logged_once(
+    store: TieredFileStore, model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = PlacementService(
+        ServiceConfig(ssd_capacity_bytes=MiB), predictor=Predictor(version=1)
+    )
+    messages: list[dict] = []
+    shipped: list[int] = []
+
+    class Corrupting:
+        corrupt = True
+
+        async def placement_sync(self, **message: object) -> dict:
+            messages.append(message)
+            reply = service.sync(**message)
+            if reply["predictor"] is not None:
+                shipped.append(reply["model_version"])
+                if self.corrupt:
+                    reply["predictor"] = reply["predictor"][:-10]
+            return reply
+
+    scheduler = Corrupting()
+    chooser = LeasedChooser()
+    link = ServiceLink(chooser, store, scheduler, "tcp://w:1")
+
+    async def renew(n: int) -> None:
+        for _ in range(n):
+            assert await link.sync_once()
+
+    with caplog.at_level(logging.ERROR, logger="placement.service.link"):
+        asyncio.run(renew(4))
+    assert "bad_model_version" not in messages[0]  # none yet: the field is left out
+    assert messages[-1]["bad_model_version"] == 1
+    assert shipped == [1] and link.model_errors == 1 and link.bad_model_version == 1
+    assert len(caplog.records) == 1 and "version 1" in caplog.records[0].getMessage()
+    assert chooser.predictor.version == 0 and chooser.has_valid_lease()
+
+    service.reload_model(str(model_dir))  # version 2: shipped and installed
+    scheduler.corrupt = False
+    asyncio.run(renew(2))
+    assert shipped == [1, 2] and chooser.predictor.version == 2
+    assert link.bad_model_version is None and "bad_model_version" not in messages[-1]
+
+
+def test_leases_shorter_than_the_renewal_interval_warn_once(
+    store: TieredFileStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB, lease_ttl_s=0.5))
+    link = ServiceLink(
+        LeasedChooser(),
+        store,
+        FakeScheduler(service),
+        "tcp://w:1",
+        config=LinkConfig(sync_interval_s=1.0),
+    )
+
+    async def renew() -> list[bool]:
+        return [await link.sync_once() for _ in range(3)]
+
+    with caplog.at_level(logging.WARNING, logger="placement.service.link"):
+        assert asyncio.run(renew()) == [True, True, True]  # the leases are valid, if short
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    assert "placement.service.lease-ttl" in message and "placement.service.sync-interval" in message
+    assert "0.5 s" in message and "1 s" in message
+
+
+def test_a_lease_that_arrives_expired_is_not_a_renewal(
+    store: TieredFileStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB, lease_ttl_s=2.0))
+
+    class Slow(FakeScheduler):
+        slow = True
+
+        async def placement_sync(self, **message: object) -> dict | None:
+            if self.slow:
+                clock.now += 2.0  # the answer takes the whole lease life
+            return await super().placement_sync(**message)
+
+    scheduler = Slow(service)
+    chooser = LeasedChooser(clock=clock)
+    link = ServiceLink(chooser, store, scheduler, "tcp://w:1", clock=clock)
+
+    async def renew() -> list[bool]:
+        return [await link.sync_once() for _ in range(2)]
+
+    with caplog.at_level(logging.WARNING, logger="placement.service.link"):
+        assert asyncio.run(renew()) == [False, False]
+    assert link.syncs == 0 and link.failures == 2 and chooser.lease is None
+    assert "arrived expired" in link.last_error
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    assert "placement.service.lease-ttl" in message and "placement.service.sync-interval" in message
+    scheduler.slow = False
+    assert asyncio.run(link.sync_once()) and chooser.has_valid_lease()
 
 
 # ---------------------------------------------------------------------- the demo's tier table
