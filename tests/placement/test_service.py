@@ -469,24 +469,23 @@ def test_batched_decisions_refuse_unsafe_names_and_bad_facts() -> None:
     assert service.state()["workers"]["w"]["service_decisions"] == {"ssd": 1, "hdd": 1}
 
 
-def test_scheduler_plugin_without_a_budget_refuses_to_start() -> None:
-    class FakeScheduler:
-        def __init__(self) -> None:
-            self.handlers: dict = {}
+class HandlerTable:
+    """What the scheduler plugin touches of a scheduler: its handler table."""
 
+    def __init__(self) -> None:
+        self.handlers: dict = {}
+
+
+def test_scheduler_plugin_without_a_budget_refuses_to_start() -> None:
     with (
         dask.config.set({"placement.ssd-capacity": None}),
         pytest.raises(ServiceConfigError, match="placement.ssd-capacity"),
     ):
-        asyncio.run(PlacementSchedulerPlugin().start(FakeScheduler()))
+        asyncio.run(PlacementSchedulerPlugin().start(HandlerTable()))
 
 
 def test_scheduler_plugin_adds_and_removes_its_handlers() -> None:
-    class FakeScheduler:
-        def __init__(self) -> None:
-            self.handlers: dict = {}
-
-    scheduler = FakeScheduler()
+    scheduler = HandlerTable()
     plugin = PlacementSchedulerPlugin(PlacementService(ServiceConfig(ssd_capacity_bytes=MiB)))
 
     async def main() -> dict:
@@ -503,11 +502,7 @@ def test_scheduler_plugin_adds_and_removes_its_handlers() -> None:
 
 
 def test_scheduler_plugin_refuses_renewals_of_a_removed_worker() -> None:
-    class FakeScheduler:
-        def __init__(self) -> None:
-            self.handlers: dict = {}
-
-    scheduler = FakeScheduler()
+    scheduler = HandlerTable()
     plugin = PlacementSchedulerPlugin(PlacementService(ServiceConfig(ssd_capacity_bytes=MiB)))
 
     async def main() -> list[dict]:

@@ -77,27 +77,6 @@ def test_writers_never_share_a_file(tmp_path: Path) -> None:
     assert read_logs(tmp_path).table.num_rows == 2
 
 
-def test_failed_flush_keeps_rows_and_leaves_no_torn_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    writer = LogWriter(tmp_path, max_rows=1000)
-    writer.add(row(1))
-    writer.add(row(2))
-
-    def torn_write(table: object, where: object, **kw: object) -> None:
-        Path(where).write_bytes(b"PAR1 half a file")
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(logwriter_module.pq, "write_table", torn_write)
-    with pytest.raises(LogWriteError, match="No space left"):
-        writer.flush()
-    assert writer.pending == 2
-    assert list(tmp_path.iterdir()) == [], "neither a torn .parquet nor its temporary file is left"
-    monkeypatch.undo()
-    writer.close()
-    assert read_logs(tmp_path).table.num_rows == 2
-
-
 def test_a_row_that_does_not_fit_the_schema_is_dropped_alone(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -139,8 +118,15 @@ def test_maybe_flush_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert writer.rows_written == 2
 
 
-def test_an_arrow_error_while_writing_keeps_the_rows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (OSError(28, "No space left on device"), "No space left"),
+        (pa.ArrowInvalid("cannot encode the page"), "cannot encode the page"),
+    ],
+)
+def test_failed_flush_keeps_rows_and_leaves_no_torn_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, message: str
 ) -> None:
     writer = LogWriter(tmp_path, max_rows=1000)
     writer.add(row(1))
@@ -148,13 +134,13 @@ def test_an_arrow_error_while_writing_keeps_the_rows(
 
     def torn_write(table: object, where: object, **kw: object) -> None:
         Path(where).write_bytes(b"PAR1 half a file")
-        raise pa.ArrowInvalid("cannot encode the page")
+        raise error
 
     monkeypatch.setattr(logwriter_module.pq, "write_table", torn_write)
-    with pytest.raises(LogWriteError, match="cannot encode the page"):
+    with pytest.raises(LogWriteError, match=message):
         writer.flush()
     assert writer.pending == 2 and writer.rows_dropped == 0
-    assert list(tmp_path.iterdir()) == [], "the temporary file is removed"
+    assert list(tmp_path.iterdir()) == [], "neither a torn .parquet nor its temporary file is left"
     monkeypatch.undo()
     writer.close()
     assert read_logs(tmp_path).table.num_rows == 2
