@@ -35,6 +35,30 @@ _INT32_FIELDS = ("n_partitions_in", "n_partitions_out", "priority", "n_workers",
 _INT32_MAX = 2**31 - 1
 
 
+#: Every integer fact, and the least value each may take without conversion.
+_INT_OK = {
+    **dict.fromkeys(_OPTIONAL_INTS, 0),
+    "priority": -_INT32_MAX,
+    "reuse_distance": -_INT32_MAX,
+}
+_INT_FIELDS = tuple(_INT_OK)
+
+
+def _as_fact(name: str, value: Any) -> int:
+    """``value`` of integer fact ``name`` as a plain int, clipped to its log column."""
+    if name in _OPTIONAL_INTS:
+        number = as_count(name, value)
+        assert number is not None
+    else:
+        try:
+            number = operator.index(value)
+        except TypeError:
+            raise ValueError(f"{name}={value!r} must be an int or None") from None
+    if name in _INT32_FIELDS or name == "reuse_distance":
+        number = max(-_INT32_MAX, min(_INT32_MAX, number))
+    return number
+
+
 def as_count(name: str, value: Any) -> int | None:
     """``value`` as a plain non-negative int (numpy integers included), or ``None``.
 
@@ -131,20 +155,14 @@ class FileRequest:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name}={value!r} must be a non-empty string")
-        # numpy integers become plain ints: a fact computed with numpy must not fail a spill
-        for name in _OPTIONAL_INTS:
-            object.__setattr__(self, name, as_count(name, getattr(self, name)))
-        for name in ("reuse_distance", "priority"):
+        # numpy integers become plain ints (a fact computed with numpy must not fail a
+        # spill), and int32 columns are clipped; plain ints in range, the usual case on
+        # every file creation, skip both
+        for name in _INT_FIELDS:
             value = getattr(self, name)
-            if value is not None:
-                try:
-                    object.__setattr__(self, name, operator.index(value))
-                except TypeError:
-                    raise ValueError(f"{name}={value!r} must be an int or None") from None
-        for name in (*_INT32_FIELDS, "reuse_distance"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, max(-_INT32_MAX, min(_INT32_MAX, value)))
+            if value is None or (type(value) is int and _INT_OK[name] <= value <= _INT32_MAX):
+                continue
+            object.__setattr__(self, name, _as_fact(name, value))
         if self.memory_pressure is not None and not (
             isinstance(self.memory_pressure, (int, float)) and self.memory_pressure >= 0
         ):
