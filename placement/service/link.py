@@ -49,7 +49,12 @@ from typing import Any
 
 import numpy as np
 
-from placement.service.config import LEASE_TTL_KEY, SYNC_INTERVAL_KEY, LinkConfig
+from placement.service.config import (
+    LEASE_TTL_KEY,
+    SYNC_INTERVAL_KEY,
+    LinkConfig,
+    ServiceConfig,
+)
 from placement.service.errors import ServiceError, ServiceUnavailable
 from placement.service.lease import LeasedChooser, SyncTicket
 from placement.service.predictor import Predictor
@@ -209,7 +214,8 @@ class ServiceLink:
         interval = self.config.sync_interval_s
         fix = (
             f"set {LEASE_TTL_KEY} on the scheduler to several times {SYNC_INTERVAL_KEY} on "
-            f"the workers and well above the renewal round trip (defaults: 5s and 250ms)"
+            "the workers and well above the renewal round trip (defaults: "
+            f"{ServiceConfig.lease_ttl_s:g} s and {LinkConfig.sync_interval_s:g} s)"
         )
         elapsed = self.chooser.clock() - ticket.sent_at
         expired = elapsed >= ttl_s
