@@ -28,9 +28,8 @@ from typing import Any
 
 from dask.utils import key_split
 
-from placement.storage.request import FileKind, FileRequest, as_count
+from placement.storage.request import INT32_MAX, FileKind, FileRequest, as_count
 
-_INT32_MAX = 2**31 - 1
 #: Worker task states of a dependent that will not read its dependency again.
 _DONE_STATES = frozenset({"memory", "released", "forgotten", "error", "cancelled"})
 
@@ -123,7 +122,7 @@ def dask_order_position(priority: Any) -> int | None:
         return None
     value = priority[2] if len(priority) >= 3 else priority[-1]
     try:
-        return max(-_INT32_MAX, min(_INT32_MAX, int(value)))
+        return max(-INT32_MAX, min(INT32_MAX, int(value)))
     except (TypeError, ValueError):
         return None
 
@@ -204,7 +203,7 @@ class RequestBuilder:
         now = min((p for p in running if p is not None), default=0)
         distance = min(waiting_pos) - now if waiting_pos else None
         if distance is not None:
-            distance = max(-_INT32_MAX, min(_INT32_MAX, distance))
+            distance = max(-INT32_MAX, min(INT32_MAX, distance))
         return distance, len(waiting)
 
     def _pressure(self) -> float | None:

@@ -8,6 +8,10 @@ import operator
 from dataclasses import dataclass, fields
 from typing import Any
 
+import pyarrow as pa
+
+from placement.schema import SCHEMA
+
 
 class FileKind(str, enum.Enum):
     """Why a temporary file exists; the value is what the log's ``file_kind`` column holds."""
@@ -30,16 +34,15 @@ _OPTIONAL_INTS = (
     "n_workers",
     "n_dependents",
 )
-#: Fields stored in int32 log columns (:data:`placement.schema.SCHEMA`): clipped to fit.
-_INT32_FIELDS = ("n_partitions_in", "n_partitions_out", "priority", "n_workers", "n_dependents")
-_INT32_MAX = 2**31 - 1
-
-
+#: Largest value of an int32 log column.
+INT32_MAX = 2**31 - 1
+#: Facts stored in int32 log columns (:data:`placement.schema.SCHEMA`): clipped to fit.
+_INT32_FIELDS = frozenset(f.name for f in SCHEMA if pa.types.is_int32(f.type))
 #: Every integer fact, and the least value each may take without conversion.
 _INT_OK = {
     **dict.fromkeys(_OPTIONAL_INTS, 0),
-    "priority": -_INT32_MAX,
-    "reuse_distance": -_INT32_MAX,
+    "priority": -INT32_MAX,
+    "reuse_distance": -INT32_MAX,
 }
 _INT_FIELDS = tuple(_INT_OK)
 
@@ -54,8 +57,8 @@ def _as_fact(name: str, value: Any) -> int:
             number = operator.index(value)
         except TypeError:
             raise ValueError(f"{name}={value!r} must be an int or None") from None
-    if name in _INT32_FIELDS or name == "reuse_distance":
-        number = max(-_INT32_MAX, min(_INT32_MAX, number))
+    if name in _INT32_FIELDS:
+        number = max(-INT32_MAX, min(INT32_MAX, number))
     return number
 
 
@@ -160,7 +163,7 @@ class FileRequest:
         # every file creation, skip both
         for name in _INT_FIELDS:
             value = getattr(self, name)
-            if value is None or (type(value) is int and _INT_OK[name] <= value <= _INT32_MAX):
+            if value is None or (type(value) is int and _INT_OK[name] <= value <= INT32_MAX):
                 continue
             object.__setattr__(self, name, _as_fact(name, value))
         if self.memory_pressure is not None and not (
