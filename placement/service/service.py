@@ -77,7 +77,7 @@ _MAX_COUNTERS = 64
 #: A worker silent for this many lease lives loses its share of the ledger.
 STALE_LEASES = 4
 #: Most removed workers remembered (to refuse their late renewals).
-MAX_DEPARTED = 4096
+MAX_REMOVED = 4096
 #: Size assumed by batched decisions for a file of unknown size, in bytes.
 UNKNOWN_SIZE_BYTES = 4 * 2**20
 
@@ -179,7 +179,8 @@ class PlacementService:
         self._lock = threading.Lock()
         self.records: dict[str, WorkerRecord] = {}
         self.departed = 0
-        self._departed: dict[str, None] = {}  # removed workers, oldest first
+        # addresses of removed workers, oldest first: their late renewals are refused
+        self._removed: dict[str, None] = {}
         self.reloads = 0
         if predictor is None:
             predictor = (
@@ -323,7 +324,7 @@ class PlacementService:
             isinstance(bad_model_version, bool) or not isinstance(bad_model_version, int)
         ):
             raise ServiceError(f"bad_model_version={bad_model_version!r} must be None or an int")
-        if worker in self._departed:
+        if worker in self._removed:
             raise WorkerRemoved(
                 f"worker {worker} was removed from the cluster; its lease renewal is refused "
                 "and its SSD share stays released. Restart the worker so that it registers "
@@ -429,15 +430,15 @@ class PlacementService:
     def add_worker(self, worker: str) -> None:
         """``worker`` joined the cluster: accept its renewals (again, if an earlier worker
         at the same address was removed)."""
-        self._departed.pop(worker, None)
+        self._removed.pop(worker, None)
 
     def remove_worker(self, worker: str) -> None:
         """``worker`` left the cluster (or died): drop its share of the ledger and refuse
         its later renewals (one may still be on its way) until it is added again."""
-        self._departed.pop(worker, None)
-        self._departed[worker] = None
-        while len(self._departed) > MAX_DEPARTED:
-            del self._departed[next(iter(self._departed))]
+        self._removed.pop(worker, None)
+        self._removed[worker] = None
+        while len(self._removed) > MAX_REMOVED:
+            del self._removed[next(iter(self._removed))]
         share = self.ledger.remove(worker)
         if self.records.pop(worker, None) is not None or share is not None:
             self.departed += 1
