@@ -104,6 +104,15 @@ def wait_until(check: Callable[[], bool], timeout: float = 15.0, what: str = "")
         time.sleep(0.05)
 
 
+def live_ssd_files_other_than_spill(dask_worker: Any) -> int:
+    """Files on SSD other than spilled keys (shuffle files wait for the shuffle's cleanup)."""
+    from placement.storage import FileKind, worker_storage
+    from placement.tier import Tier
+
+    live = worker_storage(dask_worker).store.live_files()
+    return sum(h.tier is Tier.SSD and h.request.file_kind is not FileKind.SPILL for h in live)
+
+
 def ledger_matches_workers(client: Any) -> bool:
     """The scheduler's ledger holds exactly the workers and bytes the workers report now."""
     states = client.run(worker_service_state)
@@ -311,7 +320,15 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
         dd.from_map(make_frame, parts, enforce_metadata=False).shuffle("k", shuffle_method="p2p")
     )
     wait(held)
-    wait_until(lambda: ledger_matches_workers(client), what="the ledger to match the workers")
+    # the shuffle's own SSD files go once it is cleaned up: only then is what the ledger
+    # holds the spilled keys, which stay while the scheduler cannot hear of changes
+    wait_until(
+        lambda: (
+            not any(client.run(live_ssd_files_other_than_spill).values())
+            and ledger_matches_workers(client)
+        ),
+        what="the shuffle's files to go and the ledger to match the workers",
+    )
     held_bytes = service_state(client)["ledger"]["used_bytes"]
     assert held_bytes > 0, "spilled keys are held on SSD"
 
