@@ -82,10 +82,17 @@ def pack_keys(indices: np.ndarray, variant: int) -> tuple[list[bytes], np.ndarra
     return [raw[i : i + KEY_SIZE] for i in range(0, len(raw), KEY_SIZE)], ints
 
 
+def _view(value: Buffer) -> memoryview:
+    """A memoryview of any :data:`Buffer` (``ndarray.data`` for arrays: numpy's stubs declare
+    the buffer protocol only for Python 3.12+, so ``memoryview(array)`` does not type-check on
+    the versions this package supports, though it works)."""
+    return value.data if isinstance(value, np.ndarray) else memoryview(value)
+
+
 def unpack_key(key: Buffer) -> tuple[int, int]:
     """``(index, variant)`` of an 8-byte key."""
-    if len(memoryview(key)) != KEY_SIZE:
-        raise ValueError(f"a record key has {KEY_SIZE} bytes, not {len(memoryview(key))}")
+    if len(_view(key)) != KEY_SIZE:
+        raise ValueError(f"a record key has {KEY_SIZE} bytes, not {len(_view(key))}")
     value = int.from_bytes(key, "big")
     return value & MAX_INDEX, value >> 48
 
@@ -109,7 +116,7 @@ def encode_record(index: int, variant: int, label: int, payload: Buffer) -> byte
     payload : buffer
         The augmented uint8 sample, C-contiguous.
     """
-    view = memoryview(payload).cast("B")
+    view = _view(payload).cast("B")
     header = HEADER.pack(MAGIC, RECORD_VERSION, int(label), view.nbytes)
     hasher = xxhash.xxh3_64(seed=key_int(index, variant))
     hasher.update(header)
@@ -216,7 +223,7 @@ def check_record(value: Buffer, index: int, variant: int, payload_size: int) -> 
     CorruptRecordError
         If the size, magic, version or checksum is wrong.
     """
-    view = memoryview(value)
+    view = _view(value)
     if view.nbytes != payload_size + RECORD_OVERHEAD:
         raise _corrupt(
             index, variant, f"{view.nbytes} bytes, expected {payload_size + RECORD_OVERHEAD}"

@@ -406,7 +406,9 @@ class CacheStore:
             If there is no readable cache at ``path``.
         """
         self = cls.__new__(cls)
-        self.config = CacheConfig(path, fill=FillMode.INLINE)
+        # CacheConfig takes any str or PathLike and validates it (its field is typed as the
+        # Path it stores); converting here would turn '' into '.' before that check.
+        self.config = CacheConfig(path, fill=FillMode.INLINE)  # type: ignore[arg-type]
         self.stats = StoreStats()
         self._init_process_state()
         self._shared = None
@@ -1105,7 +1107,7 @@ class CacheStore:
                     if n == chunk:
                         start = bytes(key)
                         break
-                    fn(bytes(key), value)
+                    fn(bytes(key), memoryview(value))  # a view of the view: no copy
                     n += 1
                 visited += n
         return visited

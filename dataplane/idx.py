@@ -11,10 +11,18 @@ import struct
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from dataplane.errors import DatasetError
 
-_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_DTYPES: dict[int, DTypeLike] = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
 
 #: Fashion-MNIST class names, in label order.
 FASHION_MNIST_CLASSES = (

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from preprocessing.errors import RecipeError
 from preprocessing.recipe import Recipe, register_recipe
@@ -35,7 +35,7 @@ BUILTIN_VERSION = "1"
 def _output_type(recipe: Recipe) -> Any:
     from nvidia.dali import types
 
-    return types.RGB if recipe.channels == 3 else types.GRAY
+    return types.DALIImageType.RGB if recipe.channels == 3 else types.DALIImageType.GRAY
 
 
 def decode(encoded: DataNode, recipe: Recipe, device: Device) -> DataNode:
@@ -56,7 +56,12 @@ def to_chw(images: DataNode, *, mirror: DataNode | int = 0) -> DataNode:
     from nvidia.dali import fn, types
 
     return fn.crop_mirror_normalize(
-        images, dtype=types.UINT8, output_layout="CHW", mirror=mirror, mean=0.0, std=1.0
+        images,
+        dtype=types.DALIDataType.UINT8,
+        output_layout="CHW",
+        mirror=mirror,
+        mean=0.0,
+        std=1.0,
     )
 
 
@@ -123,11 +128,15 @@ def train(encoded: DataNode, recipe: Recipe, device: Device) -> DataNode:
         random_aspect_ratio=list(recipe.option("aspect_ratio")),
         num_attempts=10,
     )
-    images = fn.resize(
-        images,
-        size=(recipe.size, recipe.size),
-        interp_type=types.INTERP_LINEAR,
-        antialias=True,
+    # fn.resize is typed for every output arity; with one input it returns one DataNode.
+    images = cast(
+        "DataNode",
+        fn.resize(
+            images,
+            size=(recipe.size, recipe.size),
+            interp_type=types.DALIInterpType.INTERP_LINEAR,
+            antialias=True,
+        ),
     )
     randaugment = recipe.option("randaugment")
     if randaugment is not None:
@@ -162,13 +171,19 @@ def eval_(encoded: DataNode, recipe: Recipe, device: Device) -> DataNode:
 
     images = decode(encoded, recipe, device)
     shorter = max(recipe.size, round(recipe.size / float(recipe.option("crop_fraction"))))
-    images = fn.resize(
-        images, resize_shorter=shorter, interp_type=types.INTERP_LINEAR, antialias=True
+    images = cast(
+        "DataNode",
+        fn.resize(
+            images,
+            resize_shorter=shorter,
+            interp_type=types.DALIInterpType.INTERP_LINEAR,
+            antialias=True,
+        ),
     )
     return fn.crop_mirror_normalize(
         images,
         crop=(recipe.size, recipe.size),
-        dtype=types.UINT8,
+        dtype=types.DALIDataType.UINT8,
         output_layout="CHW",
         mean=0.0,
         std=1.0,

@@ -236,7 +236,7 @@ def build_loaders(
         recipe=recipe or "train",
         shuffle=True,
         seed=seed,
-        cache=CacheConfig(str(cache_dir), **cache_kwargs),
+        cache=CacheConfig(cache_dir, **cache_kwargs),  # type: ignore[arg-type]  # validated there
         **shape,
     )
     return ScheduleLoaders(train=cached, val=val_loader, fresh=fresh_loader())
