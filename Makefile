@@ -12,12 +12,13 @@ APT_TEST_PACKAGES := $(APT_PACKAGES) chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-slow test-gpu venv system-deps system-test-deps clean help
+.PHONY: demo test test-slow test-gpu typecheck venv system-deps system-test-deps clean help
 
 help:
 	@echo "make demo   - install into $(VENV), install the real dataset, run the main job"
 	@echo "make test   - install what tests need, run the suite (not slow)"
 	@echo "make test-slow - the slow tests"
+	@echo "make typecheck - mypy over every package (dev dependencies)"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +72,15 @@ test-slow: venv system-test-deps
 
 test-gpu: venv
 	$(PY) -m pytest -m "gpu" $(PYTEST_ARGS)
+
+$(VENV)/.dev-installed: $(VENV)/.installed
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+# Not part of `make test`: mypy and the stubs it reads change between releases, so a new one
+# can flag code that did not change; run it before landing.
+typecheck: $(VENV)/.dev-installed
+	$(BIN)/mypy dataplane cache preprocessing trainers placement logs_analysis
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache
