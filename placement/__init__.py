@@ -42,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "PlacementError": "placement.errors",
     "SchemaError": "placement.errors",
     "ModelError": "placement.errors",
+    "PlacementConfigError": "placement.errors",
+    "PlacementTypeError": "placement.errors",
     "SCHEMA": "placement.schema",
     "read_logs": "placement.logwriter",
     "HistoryStore": "placement.features",

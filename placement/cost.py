@@ -87,6 +87,8 @@ from typing import Any
 
 import numpy as np
 
+from placement.errors import PlacementConfigError
+
 __all__ = [
     "DEFAULT_BUDGETS",
     "FOCUS_BUDGET",
@@ -116,7 +118,7 @@ def focus_budget_index(budgets: Sequence[float]) -> int:
     """Index in ``budgets`` of the budget a one-budget summary shows: :data:`FOCUS_BUDGET`
     if it is among them, else the middle one (the upper middle of an even count)."""
     if not budgets:
-        raise ValueError("no budgets to choose from")
+        raise PlacementConfigError("no budgets to choose from: give at least one budget")
     return list(budgets).index(FOCUS_BUDGET) if FOCUS_BUDGET in budgets else len(budgets) // 2
 
 
@@ -125,8 +127,8 @@ def budgets_from_percents(text: str) -> tuple[float, ...]:
 
     Raises
     ------
-    ValueError
-        If an item is not a number in (0, 100], or there is none.
+    PlacementConfigError
+        (A :class:`ValueError`.) If an item is not a number in (0, 100], or there is none.
     """
     hint = f"give percents like {budgets_to_percents(DEFAULT_BUDGETS)}"
     out = []
@@ -137,12 +139,12 @@ def budgets_from_percents(text: str) -> tuple[float, ...]:
         try:
             value = float(item)
         except ValueError:
-            raise ValueError(f"{item!r} is not a number; {hint}") from None
+            raise PlacementConfigError(f"{item!r} is not a number; {hint}") from None
         if not 0 < value <= 100:
-            raise ValueError(f"{value:g}% is not in (0, 100]; {hint}")
+            raise PlacementConfigError(f"{value:g}% is not in (0, 100]; {hint}")
         out.append(value / 100.0)
     if not out:
-        raise ValueError(f"no budget given; {hint}")
+        raise PlacementConfigError(f"no budget given; {hint}")
     return tuple(out)
 
 
@@ -173,6 +175,12 @@ class CostModel:
         SSD wear, US dollars per TB (1e12 bytes) written; 0 leaves wear out.
     hdd_bytes_per_s : float or None
         HDD sequential transfer rate, bytes per second; ``None`` leaves transfer time out.
+
+    Raises
+    ------
+    PlacementConfigError
+        (A :class:`ValueError`.) If a field is not a finite number, or is not > 0
+        (``ssd_usd_per_tb_written``: not >= 0).
     """
 
     ssd_usd_per_gb_month: float = 0.08
@@ -194,9 +202,11 @@ class CostModel:
                 or not isinstance(value, (int, float))
                 or not math.isfinite(value)
             ):
-                raise ValueError(f"CostModel {f.name}={value!r} must be a finite number")
-            if value < 0 or (value == 0 and f.name != "ssd_usd_per_tb_written"):
-                raise ValueError(f"CostModel {f.name}={value!r} must be > 0")
+                raise PlacementConfigError(f"CostModel {f.name}={value!r} must be a finite number")
+            zero_ok = f.name == "ssd_usd_per_tb_written"  # 0 leaves wear out
+            if value < 0 or (value == 0 and not zero_ok):
+                bound = ">= 0" if zero_ok else "> 0"
+                raise PlacementConfigError(f"CostModel {f.name}={value!r} must be {bound}")
 
     # ---------------------------------------------------------------- unit prices
     @property
@@ -239,9 +249,9 @@ class CostModel:
         Parameters
         ----------
         lifetime_s : float or array of float, optional
-            The file's lifetime, in seconds (> 0). ``None`` leaves out the terms paid
-            once per byte (wear, transfer), which is exact when neither is priced and
-            the limit of a long-lived file otherwise.
+            The file's lifetime, in seconds (> 0; ``inf`` is the long-lived limit).
+            ``None`` leaves out the terms paid once per byte (wear, transfer), which is
+            exact when neither is priced and the limit of a long-lived file otherwise.
         write_bytes_per_byte : float, keyword-only
             Bytes written per byte stored (default 1: written once).
         read_bytes_per_byte : float, keyword-only
@@ -252,19 +262,33 @@ class CostModel:
         float or numpy.ndarray
             Break-even density in operations per byte per second; ``0.0`` where the
             HDD's capacity alone costs more than the SSD (every file saves).
+
+        Raises
+        ------
+        PlacementConfigError
+            (A :class:`ValueError`.) If a lifetime is not > 0 (``NaN`` included), or a
+            bytes-per-byte ratio is not a number >= 0.
         """
         for name, v in (
             ("write_bytes_per_byte", write_bytes_per_byte),
             ("read_bytes_per_byte", read_bytes_per_byte),
         ):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                raise ValueError(f"{name}={v!r} must be a number >= 0")
+                raise PlacementConfigError(f"{name}={v!r} must be a number >= 0")
         a, r = float(write_bytes_per_byte), float(read_bytes_per_byte)
         c_s, c_h = self.ssd_usd_per_byte_second, self.hdd_usd_per_byte_second
         p = self.hdd_usd_per_op
         if lifetime_s is None:
             return c_s / p if c_h < c_s else 0.0
         life = np.asarray(lifetime_s, np.float64)
+        bad = ~(life > 0)  # NaN included
+        if bad.any():
+            first = float(life[bad].flat[0])
+            raise PlacementConfigError(
+                f"lifetime_s={first!r} ({int(bad.sum())} of {life.size} lifetimes) must be "
+                "seconds > 0; floor lifetimes at placement.schema.MIN_LIFETIME_S, or pass "
+                "None for the long-lived limit"
+            )
         w = self.ssd_usd_per_tb_written / 1e12
         q = self.hdd_usd_per_byte_transferred
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -29,10 +29,11 @@ Policies
     The limit: knows every file's true density and the whole future. It is the
     offline greedy for this interval-packing problem: files sorted by true saving per
     byte-second of SSD (under the default cost model, by true density), best first,
-    files that would lose money skipped, each admitted if it fits in the SSD at every instant of its life
-    next to those already admitted (a segment tree over time). The exact 0/1 optimum
-    is NP-hard and the greedy can miss it: :func:`placement.bound.savings_upper_bound`
-    bounds what any placement could save from above.
+    files that would lose money skipped, each admitted if it fits in the SSD at every
+    instant of its life next to those already admitted (a segment tree over time). The
+    exact 0/1 optimum is NP-hard and the greedy can miss it:
+    :func:`placement.bound.savings_upper_bound` bounds what any placement could save
+    from above.
 
 The adaptive threshold
 ----------------------
@@ -98,7 +99,10 @@ of the best in each, so they stay; a cluster that runs many pipelines at once ma
 
 Until ``min_window`` predictions have been seen, files are admitted while they
 fit. The sorted window is refreshed every ``refresh`` placements, so a decision costs
-O(log window). A file without a prediction (``NaN``) goes to HDD.
+O(log window). A prediction of ``+inf`` ranks above every finite one: the file is
+admitted whenever it fits (and passes the break-even test, which it always does). A
+file without a prediction (``NaN``) or predicted at ``-inf`` goes to HDD. Only finite
+predictions enter the window.
 
 The break-even test
 -------------------
@@ -119,7 +123,7 @@ each creation and deletion). Before any file was released it uses the lifetime-f
 ``d* = c_s / p``. A file that fails the test goes to HDD even onto an empty SSD; its
 prediction still enters the threshold's window. Without optional prices (wear,
 transfer) ``d*`` does not depend on ``L`` and is about ``10**-8.57``, below every file
-of the placement logs (whose densities run from 10^-7.8 to 10^-0.8), so the test
+of the placement logs (whose densities run from 10^-7.65 to 10^-0.48), so the test
 changes nothing there. With SSD wear priced at $0.057 per TB written and HDD transfer
 at 270 MB/s, a file written and read back once must see about one operation per 260 KB
 over its life, so a large, short-lived spill file stays on HDD. Without a
@@ -146,6 +150,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from placement.cost import CostModel
+from placement.errors import PlacementConfigError, PlacementTypeError
 from placement.schema import MIN_LIFETIME_S
 from placement.tier import Tier
 
@@ -171,7 +176,7 @@ DEFAULT_EXPONENT = 0.5
 
 
 class OccupancyBasis(str, enum.Enum):
-    """Which SSD occupancy the adaptive threshold of a file is taken at (see the module docstring)."""
+    """Which SSD occupancy the adaptive threshold of a file is taken at (module docstring)."""
 
     #: The occupancy with the file on the SSD, ``(used + size) / capacity``.
     AFTER = "after"
@@ -231,16 +236,36 @@ def _log10(value: float) -> float:
     return math.log10(value) if value > 0 else -math.inf
 
 
+def _check_occupancy(occupancy: Any) -> float:
+    """``occupancy`` as a float; :class:`PlacementConfigError` if it is not finite."""
+    u = float(occupancy)
+    if not math.isfinite(u):
+        raise PlacementConfigError(
+            f"occupancy={occupancy!r} must be a finite share of the SSD in [0, 1] "
+            "(used bytes / capacity; pass 1.0 for a zero capacity)"
+        )
+    return u
+
+
 def check_capacity(ssd_capacity_bytes: Any) -> int:
-    """``ssd_capacity_bytes`` as an int of bytes; ``TypeError``/``ValueError`` naming it if
-    it is not a finite number >= 0 (shared by the ledgers, the oracle, the simulator's
-    replay and the bound)."""
+    """``ssd_capacity_bytes`` as an int of bytes (shared by the ledgers, the oracle, the
+    simulator's replay and the bound).
+
+    Raises
+    ------
+    PlacementTypeError
+        (A :class:`TypeError`.) If it is not a number (a bool is not).
+    PlacementConfigError
+        (A :class:`ValueError`.) If it is not finite or is negative.
+    """
     if isinstance(ssd_capacity_bytes, bool) or not isinstance(
         ssd_capacity_bytes, (int, float, np.integer, np.floating)
     ):
-        raise TypeError(f"ssd_capacity_bytes={ssd_capacity_bytes!r} must be a number of bytes >= 0")
+        raise PlacementTypeError(
+            f"ssd_capacity_bytes={ssd_capacity_bytes!r} must be a number of bytes >= 0"
+        )
     if not math.isfinite(ssd_capacity_bytes) or ssd_capacity_bytes < 0:
-        raise ValueError(
+        raise PlacementConfigError(
             f"ssd_capacity_bytes={ssd_capacity_bytes!r} must be a finite number of bytes >= 0"
         )
     return int(ssd_capacity_bytes)
@@ -258,7 +283,19 @@ class SSDLedger:
         return self.used + size_bytes <= self.capacity
 
     def admit(self, file_id: Hashable, size_bytes: int) -> bool:
-        """Reserve ``size_bytes`` for ``file_id`` if it fits; returns whether it did."""
+        """Reserve ``size_bytes`` (>= 0) for ``file_id`` if it fits; returns whether it did.
+
+        Raises
+        ------
+        PlacementConfigError
+            (A :class:`ValueError`.) If ``size_bytes`` is negative: a negative reservation
+            would free bytes other files hold.
+        """
+        if size_bytes < 0:
+            raise PlacementConfigError(
+                f"size_bytes={size_bytes!r} for file {file_id!r} must be >= 0; "
+                "reserve 0 for an empty file"
+            )
         if file_id in self._held or not self.fits(size_bytes):
             return False
         self._held[file_id] = size_bytes
@@ -384,6 +421,16 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
         known when it is created (``NaN`` if unknown); used by the break-even test
         when ``cost_model`` prices wear or transfer. ``None`` (default), or ``NaN``
         for a file: the geometric mean lifetime of the files released so far.
+
+    Raises
+    ------
+    PlacementTypeError
+        (A :class:`TypeError`.) If ``cost_model`` or ``expected_lifetime`` has the wrong
+        type, or the capacity is not a number.
+    PlacementConfigError
+        (A :class:`ValueError`.) If a count (``window``, ``min_window``, ``refresh``) is
+        not an int (a bool is not) in its range, ``exponent`` is not a positive finite
+        number, or ``occupancy_basis`` is not one of :class:`OccupancyBasis`.
     """
 
     name = "adaptive-threshold"
@@ -402,24 +449,41 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
     ) -> None:
         super().__init__(ssd_capacity_bytes)
         if cost_model is not None and not isinstance(cost_model, CostModel):
-            raise TypeError(f"cost_model={cost_model!r} must be a placement.cost.CostModel or None")
+            raise PlacementTypeError(
+                f"cost_model={cost_model!r} must be a placement.cost.CostModel or None"
+            )
         if expected_lifetime is not None and not callable(expected_lifetime):
-            raise TypeError(
+            raise PlacementTypeError(
                 f"expected_lifetime={expected_lifetime!r} must be a callable "
                 "(file id -> seconds) or None"
             )
-        if not isinstance(window, int) or window < 1:
-            raise ValueError(f"window={window!r} must be a positive int")
-        if not isinstance(min_window, int) or not 0 <= min_window <= window:
-            raise ValueError(f"min_window={min_window!r} must be an int in [0, window={window}]")
-        if not (isinstance(exponent, (int, float)) and math.isfinite(exponent) and exponent > 0):
-            raise ValueError(f"exponent={exponent!r} must be a positive number")
-        if not isinstance(refresh, int) or refresh < 1:
-            raise ValueError(f"refresh={refresh!r} must be a positive int")
+        # bools are ints to Python, but window=True is a mistake, not a window of 1
+        for name, value in (("window", window), ("min_window", min_window), ("refresh", refresh)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PlacementConfigError(
+                    f"{name}={value!r} must be an int (a count of predictions), not "
+                    f"{type(value).__name__}"
+                )
+        if window < 1:
+            raise PlacementConfigError(f"window={window!r} must be a positive int")
+        if not 0 <= min_window <= window:
+            raise PlacementConfigError(
+                f"min_window={min_window!r} must be an int in [0, window={window}]"
+            )
+        if (
+            isinstance(exponent, bool)
+            or not isinstance(exponent, (int, float))
+            or not (math.isfinite(exponent) and exponent > 0)
+        ):
+            raise PlacementConfigError(
+                f"exponent={exponent!r} must be a positive finite number (not a bool)"
+            )
+        if refresh < 1:
+            raise PlacementConfigError(f"refresh={refresh!r} must be a positive int")
         try:
             self.occupancy_basis = OccupancyBasis(occupancy_basis)
         except ValueError:
-            raise ValueError(
+            raise PlacementConfigError(
                 f"occupancy_basis={occupancy_basis!r} must be one of "
                 f"{[b.value for b in OccupancyBasis]}"
             ) from None
@@ -449,17 +513,28 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
     def admitted_share(self, occupancy: float | None = None) -> float:
         """Share of recent bytes (densest first) the occupancy admits.
 
-        ``occupancy`` (used share of the SSD, in [0, 1]) defaults to this policy's own
-        ledger; a service that keeps its ledger elsewhere passes its own.
+        ``occupancy`` (used share of the SSD, in [0, 1]; values outside are clipped)
+        defaults to this policy's own ledger; a service that keeps its ledger elsewhere
+        passes its own.
+
+        Raises
+        ------
+        PlacementConfigError
+            (A :class:`ValueError`.) If ``occupancy`` is not finite (``NaN`` would
+            otherwise read as an empty SSD).
         """
-        u = self.ledger.occupancy if occupancy is None else float(occupancy)
+        u = self.ledger.occupancy if occupancy is None else _check_occupancy(occupancy)
         return (1.0 - min(max(u, 0.0), 1.0)) ** self.exponent
 
     def threshold(self, now: float | None = None, *, occupancy: float | None = None) -> float:
         """Current admission threshold on the predicted log10 density (``-inf``: admit all).
 
-        ``occupancy`` overrides the policy's own ledger (see :meth:`admitted_share`).
+        ``occupancy`` overrides the policy's own ledger (see :meth:`admitted_share`);
+        a non-finite one raises :class:`~placement.errors.PlacementConfigError`, even
+        before the window has ``min_window`` predictions.
         """
+        if occupancy is not None:
+            _check_occupancy(occupancy)
         n = min(self._count, self.window)
         if n < self.min_window or n == 0:
             return -math.inf
@@ -520,7 +595,11 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
         pred = float(predicted_log_density)
         if self._prices_lifetime:
             self._born[file_id] = float(now)
-        if not math.isfinite(pred):
+        if math.isnan(pred) or pred == -math.inf:  # no prediction, or the sparsest
+            return Tier.HDD
+        if pred == math.inf:  # the densest: admitted whenever it fits
+            if self.ledger.fits(size) and self.ledger.admit(file_id, size):
+                return Tier.SSD
             return Tier.HDD
         tier = Tier.HDD
         if (
@@ -586,17 +665,20 @@ class SmallFilesFirstPolicy(AdaptiveThresholdPolicy):
         self, ssd_capacity_bytes: int, *, max_size_bytes: int | None = None, **options: Any
     ) -> None:
         if options.get("cost_model") is not None:
-            raise ValueError(
+            raise PlacementConfigError(
                 "cost_model: small-files-first ranks files by size and has no density "
                 "estimate to price; leave cost_model out (use StageHistoryPolicy or "
                 "AdaptiveThresholdPolicy for a break-even test)"
             )
         super().__init__(ssd_capacity_bytes, **options)
         if max_size_bytes is not None and (
-            not isinstance(max_size_bytes, int) or max_size_bytes < 0
+            isinstance(max_size_bytes, bool)
+            or not isinstance(max_size_bytes, int)
+            or max_size_bytes < 0
         ):
-            raise ValueError(
-                f"max_size_bytes={max_size_bytes!r} must be a non-negative int or None"
+            raise PlacementConfigError(
+                f"max_size_bytes={max_size_bytes!r} must be a non-negative int of bytes "
+                "(not a bool) or None"
             )
         self.max_size_bytes = max_size_bytes
 
@@ -617,7 +699,8 @@ class OraclePolicy(_LedgerPolicy):
     Parameters
     ----------
     admitted : collection of hashable
-        File ids (row positions in a simulation) to put on SSD (those that still fit when they arrive).
+        File ids (row positions in a simulation) to put on SSD (those that still fit when
+        they arrive).
     ssd_capacity_bytes : int
         SSD budget, in bytes.
     """

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from placement.bound import savings_upper_bound
 from placement.cost import CostModel
+from placement.errors import PlacementConfigError
 from placement.simulator import PolicyMaker, SimulationResult, Trace, peak_live_bytes, simulate
 
 __all__ = ["BudgetReplay", "replay_budgets"]
@@ -81,7 +82,20 @@ def replay_budgets(
     -------
     list of BudgetReplay
         One per budget, in the order given.
+
+    Raises
+    ------
+    PlacementConfigError
+        (A :class:`ValueError`.) If two policies share a name: results are keyed by
+        name, so one replay would replace the other.
     """
+    names = [name for name, _, _ in policies]
+    for name in names:
+        if names.count(name) > 1:
+            raise PlacementConfigError(
+                f"policy name {name!r} is given {names.count(name)} times; results are keyed "
+                "by name: give each policy its own name"
+            )
     peak = peak_live_bytes(trace)
     out: list[BudgetReplay] = []
     for b in budgets:

@@ -50,6 +50,7 @@ import pandas as pd
 import pyarrow as pa
 
 from placement.cost import CostModel
+from placement.errors import PlacementConfigError
 from placement.features import RowIssues, clean_table
 from placement.policy import (
     AdaptiveThresholdPolicy,
@@ -92,6 +93,18 @@ class Trace:
     ``write_bytes``; ``known_size`` (bytes) is the size a policy is told at the file's
     creation: by default ``expected_size_bytes`` where the log has one (0 included), else
     ``size`` (see :meth:`from_clean`).
+
+    Every file must live a positive time, ``deleted > created``: the replay handles
+    deletions before creations at equal times, so a file deleted when it is created
+    would never be released. :meth:`from_table` and :meth:`from_clean` floor lifetimes
+    at :data:`~placement.schema.MIN_LIFETIME_S`; a Trace built directly is checked, not
+    floored.
+
+    Raises
+    ------
+    PlacementConfigError
+        (A :class:`ValueError`.) If some file has ``deleted <= created`` (or a ``NaN``
+        time).
     """
 
     created: np.ndarray
@@ -106,6 +119,16 @@ class Trace:
     def __post_init__(self) -> None:
         if self.known_size is None:
             object.__setattr__(self, "known_size", self.size)
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.asarray(self.deleted) > np.asarray(self.created))  # NaN included
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            raise PlacementConfigError(
+                f"{int(bad.sum())} of {len(bad)} files have deleted <= created (first: row "
+                f"{first}, created={float(self.created[first])!r}, "
+                f"deleted={float(self.deleted[first])!r}); deleted must be > created: floor "
+                "each lifetime at placement.schema.MIN_LIFETIME_S as Trace.from_table does"
+            )
 
     @classmethod
     def from_table(cls, table: pa.Table | pd.DataFrame) -> Trace:
@@ -144,8 +167,9 @@ class Trace:
         if known_size is not None:
             given = np.asarray(known_size, dtype=np.float64)
             if given.shape != size.shape:
-                raise ValueError(
-                    f"known_size has shape {given.shape} but the table has {len(size)} rows"
+                raise PlacementConfigError(
+                    f"known_size has shape {given.shape} but the table has {len(size)} rows; "
+                    "give one size per row (NaN where unknown)"
                 )
             ok = np.isfinite(given) & (given >= 0)
             # clipped below 2**62 bytes: a larger estimate would wrap around in int64
@@ -209,7 +233,7 @@ def check_overlap(k: Any) -> float:
         If ``k`` is not a positive number.
     """
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 0:
-        raise ValueError(f"overlap k={k!r} must be a positive number of runs at a time")
+        raise PlacementConfigError(f"overlap k={k!r} must be a positive number of runs at a time")
     return float(k)
 
 
@@ -325,13 +349,13 @@ def savings_by_group(
         does not hold one entry per file.
     """
     if on_ssd is None:
-        raise ValueError(
+        raise PlacementConfigError(
             "on_ssd is None: the replay kept no per-file tiers; simulate with keep_tiers=True"
         )
     on_ssd = np.asarray(on_ssd).astype(bool)
     groups = np.asarray(groups).astype(str)
     if on_ssd.shape != (len(trace),) or groups.shape != (len(trace),):
-        raise ValueError(
+        raise PlacementConfigError(
             f"on_ssd {on_ssd.shape} and groups {groups.shape} need one entry per file of "
             f"the trace ({len(trace)})"
         )
@@ -392,7 +416,7 @@ def simulate(
     if predictions is not None:
         pred = np.asarray(predictions, np.float64)
         if pred.shape != (n,):
-            raise ValueError(
+            raise PlacementConfigError(
                 f"predictions has shape {pred.shape} but the table has {n} usable rows "
                 f"({trace.issues.n_dropped} invalid rows dropped); give one prediction per usable "
                 "row (clean the table first with placement.features.clean_table)"
@@ -464,7 +488,7 @@ def simulate(
     if hdd_drives is None:
         hdd_drives = max(1, math.ceil(peak_live / cost_model.hdd_drive_capacity_bytes))
     if not isinstance(hdd_drives, (int, np.integer)) or hdd_drives < 1:
-        raise ValueError(f"hdd_drives={hdd_drives!r} must be a positive int")
+        raise PlacementConfigError(f"hdd_drives={hdd_drives!r} must be a positive int")
     supply = float(hdd_drives) * cost_model.hdd_iops_per_drive
     hdd = ~on_ssd
     peak_demand = overload_s = overload_ops = 0.0
@@ -555,19 +579,36 @@ def policy_roster(
         Keyword options of the threshold policies (``exponent``, ``window``, ...).
     expected_lifetime : numpy.ndarray, optional
         Expected lifetime per file in seconds, known at its creation (e.g.
-        :func:`placement.evaluate.stage_history_lifetime`; ``NaN`` where unknown), for
-        the break-even test when ``cost_model`` prices wear or transfer. Default: each
-        policy's own estimate from the files released before (see
-        :class:`~placement.policy.AdaptiveThresholdPolicy`).
+        :func:`placement.evaluate.stage_history_lifetime`; ``NaN`` where unknown, where
+        each policy falls back to its own estimate from the files released before, see
+        :class:`~placement.policy.AdaptiveThresholdPolicy`). Required when
+        ``cost_model`` prices wear or transfer (:attr:`CostModel.prices_lifetime`) and
+        ``break_even`` is true: one lifetime estimate for every file (the only
+        fallback) admits short-lived files whose wear costs more than they save, and on
+        the placement logs loses money against all-HDD.
     break_even : bool
         Give the density-fed policies the break-even test (default); ``False``
         replays them without it, to measure what it changes.
+
+    Raises
+    ------
+    PlacementConfigError
+        (A :class:`ValueError`.) If ``expected_lifetime`` is missing where it is
+        required or has not one entry per file, or a name of ``extra`` is already in
+        the roster.
     """
     opts = dict(options or {})
     if expected_lifetime is not None and np.shape(expected_lifetime) != (len(trace),):
-        raise ValueError(
+        raise PlacementConfigError(
             f"expected_lifetime has shape {np.shape(expected_lifetime)} but the trace has "
             f"{len(trace)} files; give one lifetime (seconds, NaN if unknown) per file"
+        )
+    if break_even and expected_lifetime is None and cost_model.prices_lifetime:
+        raise PlacementConfigError(
+            "expected_lifetime=None, but the cost model prices SSD wear or HDD transfer, so "
+            "the break-even test needs each file's expected lifetime: pass "
+            "expected_lifetime=placement.evaluate.stage_history_lifetime(features) (NaN "
+            "where unknown), or break_even=False to replay without the test"
         )
     priced: dict[str, Any] = (
         {"cost_model": cost_model, "expected_lifetime": _row_lookup(expected_lifetime)}
@@ -591,4 +632,11 @@ def policy_roster(
     ]
     roster += [(name, threshold(name), pred) for name, pred in (extra or {}).items()]
     roster.append(("oracle", lambda cap: trace.oracle(cap, cost_model), None))
+    names = [name for name, _, _ in roster]
+    for name in extra or {}:
+        if names.count(name) > 1:
+            raise PlacementConfigError(
+                f"extra policy name {name!r} is already in the roster ({', '.join(names)}); "
+                "give it another name: replays are keyed by name"
+            )
     return roster

@@ -22,8 +22,12 @@ each budget are :func:`placement.replay.replay_budgets`, the loop the placement
 evaluation runs too.
 
 Costs are those of :class:`placement.cost.CostModel` (defaults and sources documented
-there). Replays are Python event loops (a few microseconds per file), so at most
-``max_rows`` rows are replayed: whole runs, chosen by hash of ``run_id``.
+there). When it prices SSD wear or HDD transfer, the break-even test of the density-fed
+policies takes each file's expected lifetime from its (pipeline, stage) history, as the
+placement evaluation does (:func:`placement.evaluate.stage_history_lifetime`).
+
+Replays are Python event loops (a few microseconds per file), so at most ``max_rows``
+rows are replayed: whole runs, chosen by hash of ``run_id``.
 """
 
 from __future__ import annotations
@@ -116,6 +120,18 @@ def _subset(df: pd.DataFrame, max_rows: int, seed: int) -> np.ndarray:
     return runs.isin(keep).to_numpy()
 
 
+def _stage_history_lifetime(table: pd.DataFrame) -> np.ndarray:
+    """Expected lifetime per row of cleaned ``table`` (seconds, ``NaN`` without history):
+    the geometric mean lifetime of its (pipeline, stage) in the runs of ``table`` finished
+    before it, as :func:`placement.evaluate.evaluate` gives the break-even test. Imported
+    here, not at module import: the evaluation module imports LightGBM."""
+    from placement.evaluate import stage_history_lifetime
+    from placement.features import HistoryStore, build_features
+
+    features = build_features(table, HistoryStore.from_table(table))
+    return np.asarray(stage_history_lifetime(features), np.float64)
+
+
 def savings_curve(
     table: pd.DataFrame,
     predictions: np.ndarray,
@@ -125,6 +141,7 @@ def savings_curve(
     max_rows: int = 20_000,
     seed: int = 0,
     cost_model: Any = None,
+    expected_lifetime: np.ndarray | None = None,
     on_replay: Callable[[], None] | None = None,
 ) -> SavingsResult | Unavailable:
     """Replay ``table`` (cleaned rows) through every policy at every budget.
@@ -141,6 +158,12 @@ def savings_curve(
     max_rows : int
         Most rows replayed (whole runs).
     cost_model : placement.cost.CostModel, optional
+        Prices; default :class:`placement.cost.CostModel()`.
+    expected_lifetime : numpy.ndarray, optional
+        Expected lifetime per row of ``table`` in seconds, known at the file's creation
+        (``NaN`` where unknown), for the break-even test when ``cost_model`` prices wear
+        or transfer. Default: :func:`placement.evaluate.stage_history_lifetime` of
+        ``table``'s features (history of earlier runs in ``table``), computed only then.
     on_replay : callable, optional
         Called after each replay (progress).
     """
@@ -156,17 +179,30 @@ def savings_curve(
         raise ValueError(f"budgets={budgets!r} must be shares in (0, 1]")
     start = time.perf_counter()
     cost_model = cost_model or CostModel()
+    if expected_lifetime is not None and np.shape(expected_lifetime) != (len(table),):
+        raise ValueError(
+            f"expected_lifetime has shape {np.shape(expected_lifetime)} but table has "
+            f"{len(table)} rows; give one lifetime (seconds, NaN if unknown) per row"
+        )
+    if expected_lifetime is None and cost_model.prices_lifetime:
+        try:
+            expected_lifetime = _stage_history_lifetime(table)
+        except ImportError as exc:
+            return Unavailable(f"placement's features or evaluation cannot be imported ({exc})")
     mask = _subset(table, max_rows, seed)
     df = table.loc[mask].reset_index(drop=True)
     pred = np.asarray(predictions, np.float64)[mask]
     hist = np.asarray(stage_history, np.float64)[mask]
+    life = None if expected_lifetime is None else np.asarray(expected_lifetime, np.float64)[mask]
     # policies reserve what each file is expected to reach, known at its creation
     trace = Trace.from_clean(df, known_size=estimated_sizes(df))
     peak = peak_live_bytes(trace)
     if peak <= 0:
         return Unavailable("the replayed rows hold no bytes (every size is 0)")
 
-    makers = policy_roster(trace, cost_model, stage_history=hist, lightgbm=pred)
+    makers = policy_roster(
+        trace, cost_model, stage_history=hist, lightgbm=pred, expected_lifetime=life
+    )
     replays = replay_budgets(
         trace, makers, budgets, cost_model, keep_tiers=True, on_replay=on_replay
     )

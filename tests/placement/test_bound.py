@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from placement.bound import BoundError, savings_upper_bound
-from placement.errors import PlacementError
 from placement.cost import CostModel
+from placement.errors import PlacementError
 from placement.features import RowIssues
 from placement.policy import FirstFitPolicy
 from placement.simulator import Trace, peak_live_bytes, simulate
@@ -42,8 +42,7 @@ def _best_placement(trace: Trace, cap: int) -> float:
     for chosen in itertools.product((False, True), repeat=n):
         x = np.array(chosen)
         live = [
-            trace.size[x & (trace.created <= t) & (trace.deleted > t)].sum()
-            for t in trace.created
+            trace.size[x & (trace.created <= t) & (trace.deleted > t)].sum() for t in trace.created
         ]
         if max(live) <= cap:
             best = max(best, float(gain[x].sum()))
@@ -163,3 +162,59 @@ def test_a_solver_failure_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(BoundError, match="2 files.*numerical difficulties") as info:
         savings_upper_bound(trace, 100 * MB)
     assert isinstance(info.value, PlacementError)
+
+
+@pytest.mark.parametrize("big_ops", [1e12, 1e13])
+def test_the_bound_stays_above_the_oracle_when_gains_span_many_orders(big_ops: float) -> None:
+    """Three huge, long files next to 3,000 small ones: the smallest gains are 1e-8 and 1e-9
+    of the largest, below the solver's tolerance once gains are scaled to a largest of 1.
+    The solver's objective then falls short of the oracle; the dual bound does not."""
+    rng = np.random.default_rng(0)
+    k = 3000
+    created = rng.uniform(0, 1000, k)
+    deleted = created + rng.uniform(1, 50, k)
+    size = rng.integers(1, 20, k) * MB
+    ops = 10 ** rng.uniform(3, 4, k)
+    created[:3], deleted[:3], ops[:3], size[:3] = 0, 1100, big_ops, 10 * MB
+    trace = _trace(created, deleted, size, ops)
+    gain = np.subtract(*trace.costs(CostModel())[::-1])
+    assert gain[gain > 0].min() / gain.max() < 1e-7
+    cap = 60 * MB
+    bound = savings_upper_bound(trace, cap)
+    oracle = simulate(trace, trace.oracle(cap), CostModel(), cap)
+    first_fit = simulate(trace, FirstFitPolicy(cap), CostModel(), cap)
+    assert max(oracle.savings_usd, first_fit.savings_usd) <= bound.savings_usd
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_bound_holds_whatever_duals_the_solver_returns(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound is weak duality over the solver's duals: perturbed, zeroed or negative
+    duals loosen it, never push it below the best placement."""
+    import scipy.optimize
+
+    rng = np.random.default_rng(seed)
+    trace = _random_trace(rng, 9)
+    cap = int(0.4 * peak_live_bytes(trace))
+    exact = savings_upper_bound(trace, cap).savings_usd
+    best = _best_placement(trace, cap)
+    real = scipy.optimize.linprog
+
+    for noise in ("zero", "scaled", "negative"):
+
+        def perturbed(*args, noise=noise, **kwargs):
+            res = real(*args, **kwargs)
+            lam = np.asarray(res.eqlin.marginals, np.float64)
+            lam = {
+                "zero": np.zeros_like(lam),
+                "scaled": lam * rng.uniform(0.5, 2.0, lam.shape),
+                "negative": -np.abs(lam),
+            }[noise]
+            res.eqlin = SimpleNamespace(marginals=lam)
+            return res
+
+        monkeypatch.setattr(scipy.optimize, "linprog", perturbed)
+        loose = savings_upper_bound(trace, cap).savings_usd
+        assert best <= loose * (1 + 1e-12), noise
+        assert exact <= loose * (1 + 1e-9), noise  # the solver's own duals are the tightest

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from placement.cost import GB, SECONDS_PER_MONTH, CostModel, focus_budget_index
+from placement.cost import (
+    GB,
+    SECONDS_PER_MONTH,
+    CostModel,
+    budgets_from_percents,
+    focus_budget_index,
+)
+from placement.errors import PlacementConfigError, PlacementError
 
 
 def test_defaults_price_a_file_by_hand() -> None:
@@ -101,3 +108,41 @@ def test_focus_budget_is_five_percent_else_the_middle_budget() -> None:
     assert focus_budget_index((0.3,)) == 0
     with pytest.raises(ValueError, match="no budgets"):
         focus_budget_index(())
+
+
+def test_validation_names_the_allowed_range_of_each_field() -> None:
+    """Wear may be 0 (left out), so its message says >= 0; the other prices say > 0."""
+    with pytest.raises(PlacementConfigError, match=r"ssd_usd_per_tb_written=-1 must be >= 0$"):
+        CostModel(ssd_usd_per_tb_written=-1)
+    with pytest.raises(PlacementConfigError, match=r"hdd_iops_per_drive=0 must be > 0$"):
+        CostModel(hdd_iops_per_drive=0)
+    with pytest.raises(PlacementConfigError, match=r"hdd_bytes_per_s=-1.0 must be > 0$"):
+        CostModel(hdd_bytes_per_s=-1.0)
+    with pytest.raises(PlacementConfigError, match="finite number"):
+        CostModel(hdd_drive_usd=True)
+    assert CostModel(ssd_usd_per_tb_written=0).ssd_usd_per_tb_written == 0
+
+
+def test_break_even_density_rejects_lifetimes_that_are_not_positive() -> None:
+    full = CostModel(ssd_usd_per_tb_written=0.057, hdd_bytes_per_s=270e6)
+    for bad in (-1.0, 0.0, -1e-3, float("nan"), [1.0, -2.0], np.array([np.nan, 1.0])):
+        with pytest.raises(PlacementConfigError, match="lifetime_s=.* must be seconds > 0"):
+            full.break_even_density(bad)
+        with pytest.raises(ValueError, match="lifetime_s="):
+            CostModel().break_even_density(bad)
+    assert full.break_even_density(float("inf")) == pytest.approx(full.break_even_density())
+    assert full.break_even_density(1e-3) > 0
+
+
+def test_cost_errors_are_placement_errors() -> None:
+    for make in (
+        lambda: CostModel(hdd_iops_per_drive=0),
+        lambda: CostModel().break_even_density(write_bytes_per_byte=-1),
+        lambda: budgets_from_percents("200"),
+        lambda: budgets_from_percents("x"),
+        lambda: budgets_from_percents(""),
+        lambda: focus_budget_index(()),
+    ):
+        with pytest.raises(PlacementError) as info:
+            make()
+        assert isinstance(info.value, ValueError)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from placement.cost import CostModel
+from placement.errors import PlacementConfigError, PlacementError, PlacementTypeError
 from placement.policy import (
     AdaptiveThresholdPolicy,
     AllHDDPolicy,
@@ -18,6 +19,7 @@ from placement.policy import (
     SmallFilesFirstPolicy,
     SSDLedger,
     StageHistoryPolicy,
+    check_capacity,
     oracle_admissions,
 )
 from placement.tier import Tier
@@ -274,3 +276,95 @@ def test_break_even_leaves_the_baselines_alone_and_validates_options() -> None:
     with pytest.raises(TypeError, match="expected_lifetime"):
         AdaptiveThresholdPolicy(10, expected_lifetime=1.0)  # type: ignore[arg-type]
     assert FirstFitPolicy(10**9).place("sparse", -9.0, 10**6, 0.0) is Tier.SSD
+
+
+# ---------------------------------------------------------------- edge values and errors
+def test_infinite_predictions_rank_densest_and_sparsest_nan_goes_to_hdd() -> None:
+    """+inf is admitted whenever it fits, even past a full window's threshold; -inf and NaN
+    go to HDD; none of them enters the window."""
+    p = AdaptiveThresholdPolicy(100, min_window=4, refresh=1)
+    for i in range(8):
+        p.place(f"w{i}", -1.0 - i, 5, float(i))  # the window is full
+    assert math.isfinite(p.threshold())
+    count = p._count
+    assert p.place("densest", math.inf, 10, 9.0) is Tier.SSD
+    assert p.place("sparsest", -math.inf, 10, 9.0) is Tier.HDD
+    assert p.place("unknown", math.nan, 10, 9.0) is Tier.HDD
+    free = p.ledger.capacity - p.ledger.used
+    assert p.place("too-big", math.inf, free + 1, 9.0) is Tier.HDD
+    assert p.place("just-fits", math.inf, free, 9.0) is Tier.SSD
+    assert p._count == count  # non-finite predictions stay out of the window
+    # an empty SSD and no window yet: -inf would clear a threshold of -inf, but goes to HDD
+    q = AdaptiveThresholdPolicy(100)
+    assert q.threshold() == -math.inf
+    assert q.place("sparsest", -math.inf, 10, 0.0) is Tier.HDD
+    assert q.place("densest", math.inf, 10, 0.0) is Tier.SSD
+    # a priced break-even test does not refuse +inf either
+    r = AdaptiveThresholdPolicy(10**9, cost_model=WEAR, expected_lifetime=lambda _id: 1e-3)
+    assert r.place("densest", math.inf, 10**6, 0.0) is Tier.SSD
+
+
+def test_threshold_rejects_a_non_finite_occupancy() -> None:
+    p = AdaptiveThresholdPolicy(100, min_window=2)
+    for v in (-1.0, -2.0, -3.0, -4.0):
+        p.observe(v, 1)
+    assert p.threshold(occupancy=0.99) == -1.0
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(PlacementConfigError, match="occupancy="):
+            p.threshold(occupancy=bad)
+        with pytest.raises(ValueError, match="occupancy="):
+            p.admitted_share(bad)
+    # rejected before the window fills, too
+    with pytest.raises(PlacementConfigError, match="occupancy="):
+        AdaptiveThresholdPolicy(100).threshold(occupancy=math.nan)
+
+
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"window": True}, "window"),
+        ({"min_window": False}, "min_window"),
+        ({"refresh": True}, "refresh"),
+        ({"exponent": True}, "exponent"),
+        ({"window": 4.0}, "window"),
+    ],
+)
+def test_bools_and_floats_are_not_counts_or_exponents(options: dict, name: str) -> None:
+    with pytest.raises(PlacementConfigError, match=f"^{name}="):
+        AdaptiveThresholdPolicy(100, **options)
+
+
+def test_small_files_first_rejects_a_bool_size_limit() -> None:
+    with pytest.raises(PlacementConfigError, match="max_size_bytes=True"):
+        SmallFilesFirstPolicy(100, max_size_bytes=True)
+    assert SmallFilesFirstPolicy(100, max_size_bytes=0).max_size_bytes == 0
+
+
+def test_ledger_rejects_a_negative_reservation() -> None:
+    ledger = SSDLedger(10)
+    with pytest.raises(PlacementConfigError, match="size_bytes=-5"):
+        ledger.admit("a", -5)
+    assert ledger.used == 0 and "a" not in ledger
+    assert ledger.admit("b", 0) and ledger.admit("c", 10) and not ledger.fits(1)
+
+
+def test_configuration_errors_are_placement_errors_and_builtin_errors() -> None:
+    """Every bad argument raises a PlacementError that is also the built-in error callers
+    catch (ValueError for bad values, TypeError for wrong types)."""
+    cases = [
+        (lambda: check_capacity(-1), ValueError),
+        (lambda: check_capacity("1GB"), TypeError),
+        (lambda: check_capacity(True), TypeError),
+        (lambda: AdaptiveThresholdPolicy(10, window=0), ValueError),
+        (lambda: AdaptiveThresholdPolicy(10, occupancy_basis="middle"), ValueError),
+        (lambda: AdaptiveThresholdPolicy(10, cost_model="wear"), TypeError),
+        (lambda: SmallFilesFirstPolicy(10, cost_model=WEAR), ValueError),
+        (lambda: SmallFilesFirstPolicy(10, max_size_bytes=-1), ValueError),
+        (lambda: oracle_admissions([0.0], [1.0], [1], [1.0], -1), ValueError),
+    ]
+    for make, builtin in cases:
+        with pytest.raises(PlacementError) as info:
+            make()
+        assert isinstance(info.value, builtin), info.value
+    assert issubclass(PlacementConfigError, ValueError)
+    assert issubclass(PlacementTypeError, TypeError)

@@ -81,3 +81,13 @@ def test_bound_can_be_skipped_and_tiers_kept(trace: Trace) -> None:
     for name, result in kept[0].results.items():
         assert result.tiers.shape == (len(trace),)
         assert int(result.tiers.sum()) == result.ssd_files == replays[0].results[name].ssd_files
+
+
+def test_two_policies_of_one_name_are_an_error(trace: Trace) -> None:
+    """Results are keyed by name: a second policy of the same name would replace the first."""
+    from placement.errors import PlacementConfigError
+
+    roster = _roster(trace, CostModel())
+    twice = [*roster, ("first-fit", roster[1][1], None)]
+    with pytest.raises(PlacementConfigError, match="'first-fit' is given 2 times"):
+        replay_budgets(trace, twice, [0.1], CostModel(), upper_bound=False)

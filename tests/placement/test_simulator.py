@@ -313,3 +313,73 @@ def test_savings_by_group_splits_the_savings_exactly() -> None:
     no_tiers = simulate(trace, FirstFitPolicy(150), cost, 150)
     with pytest.raises(ValueError, match="keep_tiers=True"):
         savings_by_group(trace, no_tiers.tiers, groups, cost)
+
+
+def test_a_trace_rejects_files_that_are_deleted_when_created() -> None:
+    """Deletions replay before creations at equal times, so a file deleted when it is created
+    would hold its SSD bytes for ever: a Trace built directly must give deleted > created."""
+    from placement.errors import PlacementConfigError
+    from placement.features import RowIssues
+
+    def make(created: list[float], deleted: list[float]) -> Trace:
+        size = np.full(len(created), 10 * 10**6, np.int64)
+        return Trace(
+            created=np.asarray(created, np.float64),
+            deleted=np.asarray(deleted, np.float64),
+            size=size,
+            ops=np.full(len(created), 1e4),
+            io_bytes=size * 2.0,
+            write_bytes=size * 1.0,
+            issues=RowIssues(total_rows=len(created)),
+        )
+
+    for deleted in ([0.0, 6.0], [-1.0, 6.0], [math.nan, 6.0]):
+        with pytest.raises(PlacementConfigError, match=r"1 of 2 files .*deleted must be > created"):
+            make([0.0, 5.0], deleted)
+    # floored as from_table floors it, the file is released and the next one fits
+    trace = make([0.0, 5.0], [1e-3, 6.0])
+    policy = FirstFitPolicy(10 * 10**6)
+    result = simulate(trace, policy, CostModel(), 10 * 10**6, keep_tiers=True)
+    assert result.tiers.tolist() == [1, 1]
+    assert policy.ledger.used == 0 and len(policy.ledger) == 0
+    # from_table floors a zero lifetime instead of failing
+    assert Trace.from_table(_log([(0.0, 0.0, 100, 2)])).lifetime[0] > 0
+
+
+def test_roster_needs_a_lifetime_estimate_when_lifetime_is_priced() -> None:
+    """With wear priced, the break-even test without per-file lifetimes falls back on one
+    lifetime for all files: the roster refuses that and says what to pass."""
+    from placement.errors import PlacementConfigError
+    from placement.simulator import policy_roster
+
+    trace = Trace.from_table(_log([(0.0, 0.1, 10**6, 2), (0.0, 0.1, 10**4, 40)]))
+    pred = np.log10(trace.density)
+    wear = CostModel(ssd_usd_per_tb_written=0.057, hdd_bytes_per_s=270e6)
+    with pytest.raises(
+        PlacementConfigError, match="expected_lifetime=None.*stage_history_lifetime"
+    ):
+        policy_roster(trace, wear, stage_history=pred, lightgbm=pred)
+    # fine where the test does not need it: default prices, or no break-even test
+    assert len(policy_roster(trace, CostModel(), stage_history=pred, lightgbm=pred)) == 6
+    plain = policy_roster(trace, wear, stage_history=pred, lightgbm=pred, break_even=False)
+    assert len(plain) == 6
+    life = np.array([0.1, math.nan])  # NaN: unknown for that file
+    assert (
+        len(policy_roster(trace, wear, stage_history=pred, lightgbm=pred, expected_lifetime=life))
+        == 6
+    )
+
+
+@pytest.mark.parametrize("name", ["oracle", "lightgbm", "all-hdd", "stage-history"])
+def test_roster_rejects_an_extra_policy_named_like_a_built_in_one(name: str) -> None:
+    from placement.errors import PlacementConfigError
+    from placement.simulator import policy_roster
+
+    trace = Trace.from_table(_log([(0.0, 1.0, 100, 2), (0.5, 2.0, 200, 4)]))
+    pred = np.log10(trace.density)
+    with pytest.raises(PlacementConfigError, match=f"extra policy name '{name}' is already"):
+        policy_roster(trace, CostModel(), stage_history=pred, lightgbm=pred, extra={name: pred})
+    roster = policy_roster(
+        trace, CostModel(), stage_history=pred, lightgbm=pred, extra={"true-density": pred}
+    )
+    assert [r[0] for r in roster][-2:] == ["true-density", "oracle"]
