@@ -216,7 +216,7 @@ class LeasedChooser:
             tier = Tier.HDD
             if (
                 lease is not None
-                and math.isfinite(pred)
+                and pred > -math.inf  # NaN (no prediction) and -inf go to HDD, +inf passes
                 and pred >= lease.threshold_for(self._spent, size)
             ):
                 if self._spent + size <= lease.allowance_bytes:

@@ -416,7 +416,7 @@ class PlacementService:
                 pred = float(pred)
                 tier = Tier.HDD
                 if (
-                    math.isfinite(pred)
+                    pred > -math.inf  # NaN and -inf go to HDD, +inf passes (as the policy)
                     and pred >= self.threshold(size)
                     and self.ledger.reserve(worker, size, now=now, ttl_s=self.config.lease_ttl_s)
                 ):

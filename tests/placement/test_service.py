@@ -936,3 +936,42 @@ def test_tier_split_table_sums_rows_by_tier_and_kind() -> None:
     assert "3.0 GiB" in hdd
     # text columns left-aligned, numbers right-aligned under their headers
     assert lines[0].index("files") + len("files") == hdd.index("1") + 1
+
+
+class Constant(Predictor):
+    """Predicts one value for every file (a bring-your-own model's extremes)."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = value
+
+    def predict(self, request: FileRequest, size_bytes: int) -> float:
+        return self.value
+
+    def predict_many(self, requests: list[FileRequest], sizes: list[int]) -> np.ndarray:
+        return np.full(len(requests), self.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "tier"), [(math.inf, Tier.SSD), (-math.inf, Tier.HDD), (math.nan, Tier.HDD)]
+)
+def test_infinite_and_missing_predictions_are_placed_as_the_policy_places_them(
+    value: float, tier: Tier
+) -> None:
+    """+inf is the densest prediction (SSD when it fits); -inf and NaN go to HDD, in the
+    worker's leased chooser and in the scheduler's batched decisions alike."""
+    chooser = LeasedChooser(clock=Clock())
+    chooser.install_predictor(Constant(value))
+    chooser.accept(
+        chooser.begin_sync(), allowance_bytes=4 * MiB, threshold=-5.0, ttl_s=5, model_version=0
+    )
+    assert chooser.choose(request(MiB)) is tier
+    if tier is Tier.SSD:  # still bounded by the lease
+        assert chooser.choose(request(8 * MiB)) is Tier.HDD
+
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=3 * MiB), predictor=Constant(value))
+    good = {"file_kind": "shuffle", "created_at": time.time(), "expected_size_bytes": 2 * MiB}
+    answers = service.decide(worker="w", requests=[good, good])
+    assert answers[0]["tier"] == tier.value
+    assert answers[1]["tier"] == "hdd"  # a second 2 MiB file never fits 3 MiB
+    assert service.ledger.used() == (2 * MiB if tier is Tier.SSD else 0)
