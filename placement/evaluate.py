@@ -39,13 +39,20 @@ Protocol
    save at each budget (:mod:`placement.bound`): the oracle is a greedy packing, so
    this bound, not the oracle, is what says whether a goal is out of every policy's
    reach.
+
+Ratios (a share of the oracle's savings, a multiple of the best heuristic's) are
+``a / b`` when ``b`` saved something, ``inf`` when only ``a`` did and ``nan`` when neither
+did (:func:`savings_ratio`); a goal is never met on ``nan``. In the JSON
+(:meth:`EvaluationResult.write`, :mod:`placement.jsonout`) every non-finite number is
+``null``: undefined (nothing against nothing, a rank correlation of too few files) or
+unbounded (something against nothing). ``config.overlap`` is ``null`` for the runs as
+logged and the string ``"inf"`` for every run at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import math
 import os
 import time
@@ -57,7 +64,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from placement.cost import DEFAULT_BUDGETS, CostModel, focus_budget_index
+from placement.cost import (
+    DEFAULT_BUDGETS,
+    CostModel,
+    budgets_to_percents,
+    focus_budget_index,
+)
 from placement.errors import PlacementError
 from placement.features import (
     HistoryStore,
@@ -66,6 +78,7 @@ from placement.features import (
     estimated_sizes,
     log_density,
 )
+from placement.jsonout import dumps, json_safe
 from placement.measure import measure_decisions
 from placement.model import (
     MIN_PIPELINE_ROWS,
@@ -95,6 +108,8 @@ __all__ = [
     "EvaluationResult",
     "Split",
     "evaluate",
+    "output_paths",
+    "savings_ratio",
     "split_masks",
     "stage_history_lifetime",
     "stage_history_prediction",
@@ -129,7 +144,8 @@ class EvaluationConfig:
     split : Split
         ``pipeline`` (grouped k-fold over pipelines) or ``time`` (latest runs held out).
     budgets : sequence of float
-        SSD budgets as shares of the test rows' peak live bytes, each in (0, 1].
+        SSD budgets as shares of the test rows' peak live bytes, each in (0, 1] and each
+        once: no two may share a label (``5%``: 0.05 and 0.0500000001 do).
     folds : int
         Folds of the pipeline split (at most the number of pipelines).
     test_fraction : float
@@ -187,6 +203,15 @@ class EvaluationConfig:
         if not budgets or any(not (0 < b <= 1) for b in budgets):
             raise EvaluationError(
                 f"budgets={self.budgets!r} must be shares in (0, 1], e.g. (0.01, 0.05)"
+            )
+        labels = [_budget_label(b) for b in budgets]
+        repeated = sorted({label for label in labels if labels.count(label) > 1}, key=labels.index)
+        if repeated:
+            once = tuple(budgets[labels.index(label)] for label in dict.fromkeys(labels))
+            raise EvaluationError(
+                f"budgets={self.budgets!r} give {', '.join(repeated)} more than once (budgets "
+                f"are told apart by their labels {labels}); give each budget once, e.g. "
+                f"--budgets {budgets_to_percents(once)}"
             )
         object.__setattr__(self, "budgets", budgets)
         if not isinstance(self.folds, int) or self.folds < 2:
@@ -249,7 +274,18 @@ class EvaluationResult:
     wall_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as plain data; floats as computed (``nan`` and ``inf`` included)."""
         return dataclasses.asdict(self)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` as written to JSON: ``config.overlap`` ``inf`` as the string
+        ``"inf"``, then every other non-finite number as ``None`` (see the module docstring)."""
+        out = self.to_dict()
+        overlap = out["config"].get("overlap")
+        if overlap is not None and math.isinf(overlap):
+            out["config"]["overlap"] = "inf"
+        safe: dict[str, Any] = json_safe(out)
+        return safe
 
     def table(self) -> str:
         """The savings table as text (savings against all-HDD, % of its TCO)."""
@@ -326,14 +362,15 @@ class EvaluationResult:
     def write(
         self, directory: str | os.PathLike[str], stem: str = "placement-eval"
     ) -> dict[str, Path]:
-        """Write ``<stem>.json``, ``<stem>.txt`` (the table) and ``<stem>.png`` in ``directory``.
+        """Write ``<stem>.json``, ``<stem>.txt`` (the table) and ``<stem>.png`` in ``directory``,
+        replacing any there (:func:`output_paths`).
 
-        Returns the paths by kind (``json``, ``table``, ``png``).
+        The JSON is :meth:`to_json_dict`: strict JSON, ``null`` for a number that is
+        undefined or unbounded. Returns the paths by kind (``json``, ``table``, ``png``).
         """
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        paths = {"json": d / f"{stem}.json", "table": d / f"{stem}.txt", "png": d / f"{stem}.png"}
-        paths["json"].write_text(json.dumps(self.to_dict(), indent=2, default=_json_default))
+        paths = output_paths(directory, stem)
+        paths["json"].parent.mkdir(parents=True, exist_ok=True)
+        paths["json"].write_text(dumps(self.to_json_dict(), indent=2, default=_json_default))
         text = self.table() + "\n"
         if self.savings_by_kind:
             text += "\nwhere the savings come from (points of the all-HDD TCO)\n"
@@ -343,14 +380,28 @@ class EvaluationResult:
         return paths
 
 
+def output_paths(
+    directory: str | os.PathLike[str], stem: str = "placement-eval"
+) -> dict[str, Path]:
+    """The files :meth:`EvaluationResult.write` writes in ``directory``, by kind (``json``,
+    ``table``, ``png``)."""
+    d = Path(directory)
+    return {"json": d / f"{stem}.json", "table": d / f"{stem}.txt", "png": d / f"{stem}.png"}
+
+
 def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, enum.Enum):
-        return value.value
+    """A type :func:`placement.jsonout.json_safe` leaves alone, as its text."""
     return str(value)
+
+
+def savings_ratio(a: float, b: float) -> float:
+    """``a / b`` for savings ``a`` against ``b``: ``inf`` when only ``a`` saved anything
+    (``b <= 0 < a``), ``nan`` when neither did (or either is ``nan``)."""
+    if b > 0:
+        return a / b
+    if a > 0:
+        return math.inf
+    return math.nan
 
 
 def _budget_label(b: float) -> str:
@@ -607,23 +658,22 @@ def _goals(
         out[label] = {
             "lightgbm": lgbm,
             "oracle": oracle,
-            "oracle_capture": lgbm / oracle if oracle > 0 else math.nan,
+            "oracle_capture": savings_ratio(lgbm, oracle),
             "best_heuristic": best_name,
             "best_heuristic_savings": best,
-            "ratio_to_best_heuristic": lgbm / best if best > 0 else math.inf,
-            "oracle_ratio_to_best_heuristic": oracle / best if best > 0 else math.inf,
+            "ratio_to_best_heuristic": savings_ratio(lgbm, best),
+            "oracle_ratio_to_best_heuristic": savings_ratio(oracle, best),
         }
         if bounds and label in bounds:
             out[label]["upper_bound"] = bounds[label]
-            out[label]["upper_bound_ratio_to_best_heuristic"] = (
-                bounds[label] / best if best > 0 else math.inf
-            )
+            out[label]["upper_bound_ratio_to_best_heuristic"] = savings_ratio(bounds[label], best)
         if "lightgbm-per-workload" in savings:
             pw = savings["lightgbm-per-workload"][label]
             out[label]["per_workload"] = pw
-            out[label]["per_workload_oracle_capture"] = pw / oracle if oracle > 0 else math.nan
+            out[label]["per_workload_oracle_capture"] = savings_ratio(pw, oracle)
     five = out.get("5%")
     if five is not None:
+        # a nan ratio (nothing saved against nothing) meets no goal: nan >= x is False
         out["goal_oracle_capture_85pct_at_5pct"] = bool(five["oracle_capture"] >= 0.85)
         out["goal_1_5x_best_heuristic_at_5pct"] = bool(five["ratio_to_best_heuristic"] >= 1.5)
     return out

@@ -4,17 +4,23 @@ The ``placement`` group (:mod:`placement.cli`) finds these commands lazily by na
 
 Bad input never stops a run: unreadable files, files that do not fit the log schema
 and unusable rows are skipped, counted, and reported (the first few by name) in the
-output. A missing or incompatible model file is an error that names the file and the
-fix (:class:`~placement.errors.ModelError`).
+output. A log file named more than once (a directory and a file in it) is read once and
+counted in ``files_repeated``. A missing or incompatible model file is an error that
+names the file and the fix (:class:`~placement.errors.ModelError`).
+
+``--json`` prints strict JSON (:mod:`placement.jsonout`): a number that is undefined (a
+ratio of nothing to nothing) or unbounded (something against nothing) is ``null``, and
+``overlap`` is ``null`` for the runs as logged, ``"inf"`` for every run at once.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import os
 import re
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +29,8 @@ import click
 
 from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
 from placement.errors import ModelError, PlacementError
-from placement.text import text_table
+from placement.jsonout import dumps
+from placement.text import number_text, text_table
 
 logger = logging.getLogger(__name__)
 
@@ -31,11 +38,17 @@ _BAD_SHOWN = 5
 
 
 def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any]]:
-    """Log rows of ``paths`` (files or directories) and a report of what was skipped."""
+    """Log rows of ``paths`` (files or directories) and a report of what was skipped.
+
+    A file found more than once (its directory and the file itself given, or two paths to
+    it) is read once; the report counts the repeats in ``files_repeated``.
+    """
     from placement.features import clean_table
     from placement.logwriter import log_files, read_logs
 
     files: list[Path] = []
+    seen: set[str] = set()
+    repeated = 0
     bad: list[tuple[str, str]] = []
     for p in paths:
         try:
@@ -45,7 +58,14 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any]]:
             continue
         if not found:
             bad.append((str(p), "no *.parquet log files there"))
-        files.extend(found)
+        for f in found:
+            key = os.path.normcase(str(f.resolve()))
+            if key in seen:
+                repeated += 1
+                logger.info("log file %s given more than once: read once", f)
+                continue
+            seen.add(key)
+            files.append(f)
     tables = []
     good = 0
     iterator: Any = files
@@ -67,6 +87,7 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any]]:
     df, issues = clean_table(table)
     report = {
         "files_read": good,
+        "files_repeated": repeated,
         "bad_files": len(bad),
         "bad_files_first": [{"path": p, "reason": r} for p, r in bad[:_BAD_SHOWN]],
         "rows_read": issues.total_rows,
@@ -87,27 +108,28 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any]]:
 
 
 def _emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
+    """Print ``payload`` as strict JSON (non-finite numbers as ``null``) or ``text``."""
     if as_json:
-        click.echo(json.dumps(payload, indent=2, default=_default))
+        click.echo(dumps(payload, indent=2, default=str))
     else:
         click.echo(text)
 
 
-def _default(value: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(value, np.generic):
-            return value.item()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(value)
+def _overlap_json(overlap: float | None) -> float | str | None:
+    """``--overlap`` as the JSON writes it: ``inf`` (every run at once) as ``"inf"``."""
+    return "inf" if overlap is not None and math.isinf(overlap) else overlap
 
 
 def _input_text(report: dict[str, Any]) -> str:
     text = (
         f"input: {report['files_read']} file(s), {report['rows_usable']} usable rows "
-        f"({report['rows_dropped']} bad rows dropped, {report['bad_files']} bad file(s) skipped)"
+        f"({report['rows_dropped']} bad rows dropped, {report['bad_files']} bad file(s) skipped"
+        + (
+            f", {report['files_repeated']} file(s) given more than once read once"
+            if report.get("files_repeated")
+            else ""
+        )
+        + ")"
     )
     for item in report["bad_files_first"]:
         text += f"\n  skipped {item['path']}: {item['reason']}"
@@ -297,11 +319,13 @@ def evaluate_command(
     as_json: bool,
     no_progress: bool,
 ) -> None:
-    """Evaluate every placement policy on held-out LOGS; write a table, a PNG and JSON to --out."""
-    from placement.evaluate import EvaluationConfig, Split, evaluate
+    """Evaluate every placement policy on held-out LOGS; write a table, a PNG and JSON to --out.
+
+    Existing placement-eval.json, .txt and .png in --out are replaced (and said so).
+    """
+    from placement.evaluate import EvaluationConfig, Split, evaluate, output_paths
     from placement.model import Combine
 
-    df, report = _read(logs, not no_progress)
     try:
         config = EvaluationConfig(
             split=Split(split),
@@ -312,14 +336,31 @@ def evaluate_command(
             upper_bound=bound,
             overlap=overlap,
         )
+    except PlacementError as exc:
+        raise click.UsageError(str(exc)) from exc
+    _check_writable(out_dir)
+    df, report = _read(logs, not no_progress)
+    try:
         result = evaluate(df, config, progress=not no_progress, measure=measure, log=logger.info)
     except PlacementError as exc:
         raise click.ClickException(str(exc)) from exc
+    # evaluate() saw the rows _read had already cleaned: count the input's rows instead
+    result.rows["total"] = report["rows_read"]
+    result.rows["dropped"] = {
+        "total_rows": report["rows_read"],
+        "dropped_rows": report["rows_dropped"],
+        "by_reason": dict(report["rows_dropped_by_reason"]),
+    }
     result.rows["input"] = report
-    paths = result.write(out_dir)
-    payload = result.to_dict()
+    replaced = [p for p in output_paths(out_dir).values() if p.exists()]
+    try:
+        paths = result.write(out_dir)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write to {out_dir}: {exc}") from exc
+    payload = result.to_json_dict()
     payload.pop("simulations")
     payload["files"] = {k: str(v) for k, v in paths.items()}
+    payload["files_replaced"] = [str(p) for p in replaced]
     five = result.goals.get("5%", {})
     text = (
         _input_text(report)
@@ -342,16 +383,20 @@ def evaluate_command(
         f"{k}={v:.3f}" for k, v in result.spearman.items() if not math.isnan(v)
     )
     if five:
+        capture = number_text(five["oracle_capture"], ".1f", scale=100, suffix="%")
+        ratio = number_text(five["ratio_to_best_heuristic"], ".2f", suffix="x")
         text += (
-            f"\nat 5%: lightgbm captures {100 * five['oracle_capture']:.1f}% of the oracle's "
-            "savings; "
-            f"{five['ratio_to_best_heuristic']:.2f}x the best heuristic ({five['best_heuristic']})"
+            f"\nat 5%: lightgbm captures {capture} of the oracle's savings; "
+            f"{ratio} the best heuristic ({five['best_heuristic']})"
         )
         if "upper_bound" in five:
+            bound_ratio = number_text(
+                five["upper_bound_ratio_to_best_heuristic"], ".2f", suffix="x"
+            )
+            oracle_ratio = number_text(five["oracle_ratio_to_best_heuristic"], ".2f", suffix="x")
             text += (
                 f"\nat 5%: no placement saves more than {100 * five['upper_bound']:.1f}%, "
-                f"{five['upper_bound_ratio_to_best_heuristic']:.2f}x the best heuristic "
-                f"(the oracle {five['oracle_ratio_to_best_heuristic']:.2f}x)"
+                f"{bound_ratio} the best heuristic (the oracle {oracle_ratio})"
             )
     if result.decisions:
         d = result.decisions
@@ -365,7 +410,29 @@ def evaluate_command(
             )
         )
     text += f"\nwrote {', '.join(str(p) for p in paths.values())}"
+    if replaced:
+        text += f" (replaced existing {', '.join(p.name for p in replaced)})"
     _emit(payload, as_json, text)
+
+
+def _check_writable(directory: Path) -> None:
+    """Create ``directory`` (and its parents) and make sure a file can be written there,
+    before any work whose output would go there.
+
+    Raises
+    ------
+    click.ClickException
+        ``cannot write to <directory>: <reason>``.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot write to {directory}: {exc.strerror or exc}; give --out a directory "
+            "that can be created and written"
+        ) from exc
 
 
 # ---------------------------------------------------------------------------- simulate
@@ -389,27 +456,34 @@ _UNITS = {
 
 
 def parse_budget(value: str, peak_bytes: int) -> int:
-    """SSD budget in bytes from ``5%`` (of ``peak_bytes``) or a size (``2GiB``, ``500MB``,
-    ``1000000``)."""
+    """SSD budget in bytes from ``5%`` (of ``peak_bytes``, in (0, 100]) or a positive size
+    (``2GiB``, ``500MB``, ``1000000``); a budget of 0 is refused, as ``evaluate`` refuses it."""
     v = value.strip()
+    hint = "give a percent such as 5% or a size such as 2GiB"
     if v.endswith("%"):
         try:
-            share = float(v[:-1]) / 100
+            percent = float(v[:-1])
         except ValueError:
             raise click.BadParameter(
-                f"{value!r} is not a percentage", param_hint="--budget"
+                f"{value!r} is not a percentage; {hint}", param_hint="--budget"
             ) from None
-        if not 0 <= share <= 1:
+        if not 0 < percent <= 100:
             raise click.BadParameter(
-                f"{value!r} must be between 0% and 100%", param_hint="--budget"
+                f"{percent:g}% is not in (0, 100]; {hint}", param_hint="--budget"
             )
-        return int(share * peak_bytes)
+        return int(percent / 100 * peak_bytes)
     m = _SIZE.match(v)
     if not m or (m.group(2) or "").lower() not in _UNITS:
         raise click.BadParameter(
             f"{value!r} is neither a percentage (5%) nor a size (2GiB)", param_hint="--budget"
         )
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+    size = int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+    if size < 1:
+        raise click.BadParameter(
+            f"{value!r} is not a positive size (it is {size} bytes); {hint}",
+            param_hint="--budget",
+        )
+    return size
 
 
 POLICY_CHOICES = (
@@ -462,7 +536,7 @@ def simulate_command(
     """Replay LOGS through placement policies at an SSD budget and report TCO and savings."""
     from placement.bound import savings_upper_bound
     from placement.cost import CostModel
-    from placement.evaluate import stage_history_prediction
+    from placement.evaluate import UPPER_BOUND, stage_history_prediction
     from placement.features import HistoryStore, build_features, estimated_sizes
     from placement.model import ModelSet
     from placement.policy import (
@@ -476,14 +550,16 @@ def simulate_command(
 
     names = list(POLICY_CHOICES) if "all" in policies else list(dict.fromkeys(policies))
     models = None
+    notes: list[str] = []
     if "lightgbm" in names:
         if model_dir is None:
-            if "all" in policies:
-                names.remove("lightgbm")
-            else:
+            if "lightgbm" in policies:
                 raise click.UsageError(
-                    "the lightgbm policy needs --model DIR (from `dataplane placement train`)"
+                    "--policy lightgbm needs --model DIR (a model directory from "
+                    "`dataplane placement train`); give --model or leave lightgbm out"
                 )
+            names.remove("lightgbm")
+            notes.append("lightgbm skipped: give --model DIR")
         else:
             try:
                 models = ModelSet.load(model_dir)
@@ -522,9 +598,11 @@ def simulate_command(
         "input": report,
         "peak_live_bytes": peak,
         "ssd_capacity_bytes": cap,
-        "overlap": overlap,
+        "overlap": _overlap_json(overlap),
         "results": results,
     }
+    if notes:
+        payload["notes"] = notes
     if bound:
         try:
             payload["upper_bound"] = savings_upper_bound(trace, cap, cost).to_dict()
@@ -547,8 +625,9 @@ def simulate_command(
     ]
     if bound:
         saved = 100 * payload["upper_bound"]["savings_fraction"]
-        rows.append(["upper bound (LP)", f"{saved:.2f}%", "", "", ""])
+        rows.append([UPPER_BOUND, f"{saved:.2f}%", "", "", ""])
     lines.append(text_table(["policy", "savings", "SSD I/O", "SSD files", "HDD overload s"], rows))
     if bound:
-        lines.append("upper bound (LP): no placement of these files saves more")
+        lines.append(f"{UPPER_BOUND}: no placement of these files saves more")
+    lines.extend(notes)
     _emit(payload, as_json, "\n".join(lines))

@@ -7,12 +7,16 @@ a rule of dashes, text columns on the left, numbers on the right (``tabulate``'s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from tabulate import tabulate
 
-__all__ = ["text_table"]
+__all__ = ["NOT_A_NUMBER", "number_text", "text_table"]
+
+#: How :func:`number_text` writes a number that is undefined or unbounded.
+NOT_A_NUMBER = "n/a"
 
 
 def text_table(head: Sequence[str], rows: Sequence[Sequence[Any]], *, left: int = 1) -> str:
@@ -23,3 +27,12 @@ def text_table(head: Sequence[str], rows: Sequence[Sequence[Any]], *, left: int 
     return tabulate(
         cells, headers=list(head), tablefmt="simple", colalign=align, disable_numparse=True
     )
+
+
+def number_text(value: float, spec: str = "", *, scale: float = 1.0, suffix: str = "") -> str:
+    """``scale * value`` formatted by ``spec`` and followed by ``suffix`` (``"87.6%"``,
+    ``"1.02x"``), or ``"n/a"`` when it is not finite: a ratio of nothing to nothing, or of
+    something to nothing."""
+    if not math.isfinite(value):
+        return NOT_A_NUMBER
+    return f"{scale * value:{spec}}{suffix}"

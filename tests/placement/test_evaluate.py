@@ -71,6 +71,34 @@ def test_config_is_validated() -> None:
         )
 
 
+def test_budgets_that_share_a_label_are_refused() -> None:
+    for budgets in ((0.05, 0.05), (0.01, 0.05, 0.050000001)):
+        with pytest.raises(EvaluationError, match=r"budgets=.* give 5% more than once.*--budgets"):
+            EvaluationConfig(budgets=budgets)
+    assert EvaluationConfig(budgets=(0.05, 0.051)).budgets == (0.05, 0.051)
+
+
+def test_ratios_of_nothing_saved_meet_no_goal() -> None:
+    from placement.evaluate import _goals, savings_ratio
+
+    assert savings_ratio(0.2, 0.1) == pytest.approx(2.0)
+    assert savings_ratio(0.1, 0.0) == math.inf and savings_ratio(0.1, -0.1) == math.inf
+    assert math.isnan(savings_ratio(0.0, 0.0)) and math.isnan(savings_ratio(-0.1, 0.0))
+    policies = ("lightgbm", "oracle", "first-fit", "small-files-first", "stage-history")
+    nothing = _goals({name: {"5%": 0.0} for name in policies}, (0.05,), {"5%": 0.0})
+    assert math.isnan(nothing["5%"]["oracle_capture"])
+    assert math.isnan(nothing["5%"]["ratio_to_best_heuristic"])
+    assert math.isnan(nothing["5%"]["upper_bound_ratio_to_best_heuristic"])
+    assert nothing["goal_1_5x_best_heuristic_at_5pct"] is False
+    assert nothing["goal_oracle_capture_85pct_at_5pct"] is False
+    only_learned = _goals(
+        {name: {"5%": 0.1 if name in ("lightgbm", "oracle") else 0.0} for name in policies},
+        (0.05,),
+    )
+    assert only_learned["5%"]["ratio_to_best_heuristic"] == math.inf
+    assert only_learned["goal_1_5x_best_heuristic_at_5pct"] is True
+
+
 @pytest.mark.parametrize("split", ["pipeline", "time"])
 def test_evaluate_reports_every_policy_and_budget(tmp_path: Path, split: str) -> None:
     result = evaluate(
@@ -124,6 +152,8 @@ def test_evaluate_reports_every_policy_and_budget(tmp_path: Path, split: str) ->
     paths = result.write(tmp_path)
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(paths["json"].read_text())
+    # strict JSON: no NaN or Infinity, whatever the ratios came to
+    json.loads(paths["json"].read_text(), parse_constant=lambda name: pytest.fail(name))
     assert data["config"]["split"] == split and "5%" in data["goals"]
     assert "lightgbm" in paths["table"].read_text() and "upper-bound" in paths["table"].read_text()
     assert data["upper_bound"] == result.upper_bound

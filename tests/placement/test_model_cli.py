@@ -1,0 +1,217 @@
+"""The evaluate and simulate commands on small logs: strict JSON, undefined ratios, bad
+options refused before any work, the input counted once and consistently."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner, Result
+
+from placement.cli import placement_group
+from tests.placement.logtables import make_log
+
+#: evaluate's options that keep a run short
+QUICK = ["--split", "time", "--budgets", "5", "--no-measure", "--no-progress"]
+
+
+def _strict(text: str) -> Any:
+    """``text`` parsed as JSON, refusing NaN and Infinity as a strict reader does."""
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _with_column(table: pa.Table, name: str, values: list[Any]) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+
+
+@pytest.fixture(scope="module")
+def zero_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A log in which SSD saves nothing: every file the same size, one operation per MB."""
+    table = make_log(pipelines=2, runs=3, files_per_stage=1)
+    for col in ("size_bytes", "expected_size_bytes", "read_bytes", "write_bytes"):
+        table = _with_column(table, col, [1_000_000] * table.num_rows)
+    path = tmp_path_factory.mktemp("zero") / "io_log.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def bad_rows_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small log whose first 5 rows were deleted before they were created."""
+    table = make_log(pipelines=2, runs=3, files_per_stage=2, seed=3)
+    created = table.column("created_at").to_pylist()
+    deleted = table.column("deleted_at").to_pylist()
+    deleted[:5] = [c - 10 for c in created[:5]]
+    d = tmp_path_factory.mktemp("badrows")
+    pq.write_table(_with_column(table, "deleted_at", deleted), d / "io_log.parquet")
+    return d
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(placement_group, list(args))
+
+
+def test_nothing_saved_meets_no_goal_and_prints_n_a(tmp_path: Path, zero_log: Path) -> None:
+    res = _invoke("evaluate", str(zero_log), "--out", str(tmp_path), *QUICK, "--json")
+    assert res.exit_code == 0, res.output
+    payload = _strict(res.output)
+    goals = payload["goals"]
+    assert goals["5%"]["oracle"] == 0.0 and goals["5%"]["best_heuristic_savings"] == 0.0
+    assert goals["5%"]["oracle_capture"] is None
+    assert goals["5%"]["ratio_to_best_heuristic"] is None
+    assert goals["goal_1_5x_best_heuristic_at_5pct"] is False
+    assert goals["goal_oracle_capture_85pct_at_5pct"] is False
+    saved = _strict((tmp_path / "placement-eval.json").read_text())
+    assert saved["goals"] == goals
+    res = _invoke("evaluate", str(zero_log), "--out", str(tmp_path), *QUICK)
+    assert res.exit_code == 0, res.output
+    assert "captures n/a of the oracle's savings; n/a the best heuristic" in res.output
+    assert "inf" not in res.output and "nan" not in res.output
+
+
+def test_json_output_is_strict(tmp_path: Path, zero_log: Path) -> None:
+    from placement.jsonout import dumps, json_safe
+
+    assert json_safe({"a": [math.nan, math.inf, 1.5], "b": (-math.inf,)}) == {
+        "a": [None, None, 1.5],
+        "b": [None],
+    }
+    assert _strict(dumps({"x": math.nan})) == {"x": None}
+    # --overlap inf: every run at once, written as "inf" (null would read as "as logged")
+    res = _invoke(
+        "evaluate", str(zero_log), "--out", str(tmp_path), *QUICK, "--overlap", "inf", "--json"
+    )
+    assert res.exit_code == 0, res.output
+    payload = _strict(res.output)
+    assert payload["config"]["overlap"] == "inf"
+    assert payload["spearman"]["small-files-first"] is None  # every file the same size
+    saved = _strict((tmp_path / "placement-eval.json").read_text())
+    assert saved["config"]["overlap"] == "inf"
+    res = _invoke("simulate", str(zero_log), "--overlap", "inf", "--json", "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert _strict(res.output)["overlap"] == "inf"
+
+
+def test_budgets_with_one_label_are_refused_before_any_work(
+    tmp_path: Path, zero_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import placement.model_cli
+
+    def no_reading(*_args: Any) -> None:
+        raise AssertionError("the logs were read")
+
+    monkeypatch.setattr(placement.model_cli, "_read", no_reading)
+    out = tmp_path / "ev"
+    for budgets in ("5,5", "1,5,5.0000001"):
+        res = _invoke("evaluate", str(zero_log), "--out", str(out), "--budgets", budgets)
+        assert res.exit_code == 2, res.output
+        assert "--budgets" in res.output and "5% more than once" in res.output
+        assert "Traceback" not in res.output
+    assert not out.exists()
+
+
+def test_out_that_cannot_be_created_is_refused_before_any_work(
+    tmp_path: Path, zero_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import placement.evaluate
+
+    def no_evaluation(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("the evaluation ran")
+
+    monkeypatch.setattr(placement.evaluate, "evaluate", no_evaluation)
+    (tmp_path / "file").write_text("a regular file")
+    out = tmp_path / "file" / "ev"
+    res = _invoke("evaluate", str(zero_log), "--out", str(out), *QUICK)
+    assert res.exit_code == 1, res.output
+    assert f"cannot write to {out}:" in res.output and "--out" in res.output
+    assert isinstance(res.exception, SystemExit)
+
+
+def test_rows_of_the_json_agree_with_the_input(tmp_path: Path, bad_rows_log: Path) -> None:
+    res = _invoke("evaluate", str(bad_rows_log), "--out", str(tmp_path), *QUICK, "--json")
+    assert res.exit_code == 0, res.output
+    rows = _strict(res.output)["rows"]
+    n = pq.read_table(bad_rows_log / "io_log.parquet").num_rows
+    assert rows["input"]["rows_read"] == n and rows["input"]["rows_dropped"] == 5
+    assert rows["total"] == n and rows["usable"] == n - 5
+    assert rows["dropped"] == {
+        "total_rows": n,
+        "dropped_rows": 5,
+        "by_reason": {"deleted before created": 5},
+    }
+    assert _strict((tmp_path / "placement-eval.json").read_text())["rows"] == rows
+
+
+def test_a_log_given_twice_is_read_once(tmp_path: Path, bad_rows_log: Path) -> None:
+    file = bad_rows_log / "io_log.parquet"
+    n = pq.read_table(file).num_rows
+    res = _invoke(
+        "simulate", str(bad_rows_log), str(file), "--policy", "first-fit", "--no-bound",
+        "--json", "--no-progress",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    report = _strict(res.output)["input"]
+    assert report["files_read"] == 1 and report["files_repeated"] == 1
+    assert report["rows_read"] == n
+    res = _invoke(
+        "simulate", str(bad_rows_log), str(file), "--policy", "first-fit", "--no-bound",
+        "--no-progress",
+    )  # fmt: skip
+    assert "1 file(s) given more than once read once" in res.output
+
+
+def test_simulate_without_a_model_names_the_skipped_lightgbm(zero_log: Path) -> None:
+    res = _invoke("simulate", str(zero_log), "--policy", "all", "--policy", "lightgbm")
+    assert res.exit_code == 2 and "--model DIR" in res.output
+    res = _invoke("simulate", str(zero_log), "--no-bound", "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert "lightgbm skipped: give --model DIR" in res.output
+    res = _invoke("simulate", str(zero_log), "--no-bound", "--no-progress", "--json")
+    assert res.exit_code == 0, res.output
+    payload = _strict(res.output)
+    assert payload["notes"] == ["lightgbm skipped: give --model DIR"]
+    assert "lightgbm" not in {r["policy"] for r in payload["results"]}
+
+
+def test_simulate_refuses_a_budget_of_zero(zero_log: Path) -> None:
+    for budget in ("0%", "0", "0.0%"):
+        res = _invoke("simulate", str(zero_log), "--policy", "first-fit", "--budget", budget)
+        assert res.exit_code == 2, (budget, res.output)
+        assert "--budget" in res.output
+    res = _invoke("simulate", str(zero_log), "--policy", "first-fit", "--budget", "0%")
+    assert "0% is not in (0, 100]" in res.output
+    res = _invoke("evaluate", str(zero_log), "--out", "unused", "--budgets", "0")
+    assert res.exit_code == 2 and "0% is not in (0, 100]" in res.output
+
+
+def test_evaluate_says_which_outputs_it_replaced(tmp_path: Path, zero_log: Path) -> None:
+    res = _invoke("evaluate", str(zero_log), "--out", str(tmp_path), *QUICK, "--no-bound")
+    assert res.exit_code == 0, res.output
+    assert "replaced existing" not in res.output
+    res = _invoke("evaluate", str(zero_log), "--out", str(tmp_path), *QUICK, "--no-bound")
+    assert res.exit_code == 0, res.output
+    assert (
+        "(replaced existing placement-eval.json, placement-eval.txt, placement-eval.png)"
+        in res.output
+    )
+
+
+def test_the_bound_has_one_label_in_evaluate_and_simulate(tmp_path: Path, zero_log: Path) -> None:
+    from placement.evaluate import UPPER_BOUND
+
+    res = _invoke("simulate", str(zero_log), "--policy", "first-fit", "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert any(line.startswith(UPPER_BOUND) for line in res.output.splitlines())
+    res = _invoke("evaluate", str(zero_log), "--out", str(tmp_path), *QUICK)
+    assert res.exit_code == 0, res.output
+    assert any(line.startswith(UPPER_BOUND) for line in res.output.splitlines())
