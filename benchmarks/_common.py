@@ -21,6 +21,8 @@ from typing import Any
 import psutil
 from tabulate import tabulate
 
+from placement.jsonout import json_safe
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -127,10 +129,13 @@ def machine_info() -> dict[str, Any]:
 
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` to ``benchmarks/results/<name>-<UTC time>.json`` (and ``-latest``)."""
+    """Write ``payload`` to ``benchmarks/results/<name>-<UTC time>.json`` (and ``-latest``).
+
+    Strict JSON: a non-finite number (an undefined ratio, say) is written as ``null``.
+    """
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    text = json.dumps(payload, indent=2, default=str)
+    text = json.dumps(json_safe(payload), indent=2, default=str, allow_nan=False)
     path = RESULTS_DIR / f"{name}-{stamp}.json"
     path.write_text(text)
     (RESULTS_DIR / f"{name}-latest.json").write_text(text)
