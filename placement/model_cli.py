@@ -534,19 +534,14 @@ def simulate_command(
     no_progress: bool,
 ) -> None:
     """Replay LOGS through placement policies at an SSD budget and report TCO and savings."""
+    import numpy as np
+
     from placement.bound import savings_upper_bound
     from placement.cost import CostModel
     from placement.evaluate import UPPER_BOUND, stage_history_prediction
     from placement.features import HistoryStore, build_features, estimated_sizes
     from placement.model import ModelSet
-    from placement.policy import (
-        AdaptiveThresholdPolicy,
-        AllHDDPolicy,
-        FirstFitPolicy,
-        SmallFilesFirstPolicy,
-        StageHistoryPolicy,
-    )
-    from placement.simulator import Trace, overlap_runs, peak_live_bytes, simulate
+    from placement.simulator import Trace, overlap_runs, peak_live_bytes, policy_roster, simulate
 
     names = list(POLICY_CHOICES) if "all" in policies else list(dict.fromkeys(policies))
     models = None
@@ -574,24 +569,25 @@ def simulate_command(
     cap = parse_budget(budget, peak)
     cost = CostModel()
     features = build_features(df, history)
+    # the policies exactly as evaluate builds them (options, break-even test), by name
+    nothing = np.full(len(trace), np.nan)
+    roster = policy_roster(
+        trace,
+        cost,
+        stage_history=(
+            stage_history_prediction(features) if "stage-history" in names else nothing
+        ),
+        lightgbm=(
+            models.predict(features, df["pipeline"].astype(str).to_numpy())
+            if models is not None
+            else nothing
+        ),
+    )
+    makers = {name: (make, pred) for name, make, pred in roster}
     results: list[dict[str, Any]] = []
     for name in names:
-        pred = None
-        if name == "lightgbm" and models is not None:
-            pred = models.predict(features, df["pipeline"].astype(str).to_numpy())
-            policy: Any = AdaptiveThresholdPolicy(cap)
-        elif name == "stage-history":
-            pred = stage_history_prediction(features)
-            policy = StageHistoryPolicy(cap)
-        elif name == "small-files-first":
-            policy = SmallFilesFirstPolicy(cap)
-        elif name == "first-fit":
-            policy = FirstFitPolicy(cap)
-        elif name == "oracle":
-            policy = trace.oracle(cap, cost)
-        else:
-            policy = AllHDDPolicy()
-        sim = simulate(trace, policy, cost, cap, predictions=pred, progress=not no_progress)
+        make, pred = makers[name]
+        sim = simulate(trace, make(cap), cost, cap, predictions=pred, progress=not no_progress)
         sim.policy = name
         results.append(sim.to_dict())
     payload: dict[str, Any] = {
