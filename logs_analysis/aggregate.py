@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logs_analysis.errors import AnalysisError, InputError
-from logs_analysis.histogram import Histogram, add_frames, bin_of
+from logs_analysis.histogram import Histogram, add_frames, bin_of, outside_range
 from logs_analysis.issues import ReadIssues
 from logs_analysis.readers.base import Chunk
 from logs_analysis.validate import validate_rows
@@ -155,7 +155,9 @@ def _group_hist(
         inv, group_codes = pd.factorize(code, sort=False)
     else:
         group_codes, inv = np.zeros(1, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    offset = bins + 1  # ZERO_BIN (-1) -> 0
+    # dense per-group bin counts over only the bins present (lowest .. highest)
+    low = int(bins.min()) if n else 0
+    offset = bins - low
     width = int(offset.max()) + 1 if n else 1
     g = inv.astype(np.int64) * width + offset
     size = len(group_codes) * width
@@ -172,7 +174,7 @@ def _group_hist(
         labels.append(Histogram.KEY_SEP.join(reversed(parts)))
     frame = {
         "key": np.asarray(labels, dtype=object)[nz // width],
-        "bin": (nz % width) - 1,
+        "bin": (nz % width) + low,
         "n": counts[nz],
     }
     for name, w in weights.items():
@@ -270,6 +272,10 @@ def process_chunk(item: tuple[int, Chunk], *, rate: float, seed: int = 0) -> Par
         "created_min": float(created.min()),
         "deleted_max": float(deleted.max()),
         "zero_ops_rows": float((ops == 0).sum()),
+        # values beyond the histogram range, counted in its end bins
+        "outside_range_density": float(outside_range(density)),
+        "outside_range_lifetime": float(outside_range(life)),
+        "outside_range_size": float(outside_range(size)),
     }
     run_sample: list[pd.DataFrame] = []
     row_sample: list[pd.DataFrame] = []
@@ -399,7 +405,9 @@ class Aggregate:
     histograms : dict
         ``(variable, grouping name) -> Histogram``.
     totals : dict
-        Rows, bytes, operations, byte-seconds, time span of the usable rows.
+        Rows, bytes, operations, byte-seconds, time span of the usable rows, and
+        ``outside_range_<variable>``: values beyond the histogram range (see
+        :func:`logs_analysis.histogram.outside_range`).
     runs : pandas.DataFrame
         One row per run: ``run_id, pipeline, rows, created_min, deleted_max``.
     sources : dict

@@ -37,7 +37,8 @@ def parse_budgets(text: str) -> tuple[float, ...]:
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("report.html"),
     show_default=True,
-    help="HTML report to write; the JSON goes beside it with the same name (.json).",
+    help="HTML report to write; the JSON goes beside it with the same name (.json). It must "
+    "not be an input, nor lie inside an input directory.",
 )
 @click.option(
     "--format",
@@ -126,7 +127,7 @@ def report_command(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     try:
-        report = build_report(list(logs), config)
+        report = build_report(list(logs), config, out=out)
         html_path, json_path = report.write(out)
     except (AnalysisError, PlacementError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["AnalysisError", "DependencyError", "FormatError", "InputError"]
+__all__ = [
+    "AnalysisError",
+    "DependencyError",
+    "FormatError",
+    "InputError",
+    "OutputError",
+    "TruncatedStreamError",
+]
 
 
 class AnalysisError(Exception):
@@ -19,6 +26,17 @@ class InputError(AnalysisError, ValueError):
 class FormatError(AnalysisError, ValueError):
     """An input's format is not recognised, not supported (e.g. a compression codec),
     or does not match the format forced with ``--format``."""
+
+
+class TruncatedStreamError(FormatError):
+    """A compressed stream ends before its end mark (a file cut short, or still being
+    written, like Spark's in-progress ``.zstd`` event logs); what came before it decoded."""
+
+
+class OutputError(AnalysisError, ValueError):
+    """The report cannot go where asked (it would overwrite an input, or the HTML and the
+    JSON would be one file). The message names the file and says to choose another
+    ``--out``."""
 
 
 class DependencyError(AnalysisError, ImportError):

@@ -20,7 +20,9 @@ darshan / darshan      Darshan log header (version string, magic number 6567223)
 Directories are walked recursively in name order; hidden names (``.x``, ``_SUCCESS``)
 are skipped, and a file whose format cannot be told is skipped and counted in the
 returned :class:`~logs_analysis.issues.ReadIssues` (so a ``README.md`` beside event
-logs does no harm). A path named explicitly must be recognised, unless ``--format``
+logs does no harm). So are a dangling link, FIFO or socket inside a directory ("not a
+regular file (skipped)") and a file or directory reached a second time, by its resolved
+path, e.g. named and also inside a directory named ("duplicate path (read once)"). A path named explicitly must be recognised, unless ``--format``
 forces a format, in which case every file is read as that format.
 """
 
@@ -34,7 +36,7 @@ import re
 import struct
 from pathlib import Path
 
-from logs_analysis.errors import FormatError, InputError
+from logs_analysis.errors import FormatError, InputError, TruncatedStreamError
 from logs_analysis.issues import ReadIssues
 
 __all__ = ["DARSHAN_MAGIC", "Container", "LogFormat", "Source", "discover", "sniff"]
@@ -114,7 +116,8 @@ def sniff(path: str | os.PathLike[str]) -> tuple[LogFormat, Container] | None:
     InputError
         If the file cannot be read.
     FormatError
-        If it is compressed with a codec that cannot be read (e.g. LZF).
+        If it is compressed with a codec that cannot be read (e.g. LZF) or is corrupt. A
+        compressed file cut short is judged by the bytes decoded before the cut.
     """
     from logs_analysis.readers.compression import Codec, open_decompressed, sniff_codec
 
@@ -140,10 +143,17 @@ def sniff(path: str | os.PathLike[str]) -> tuple[LogFormat, Container] | None:
     if codec is not Codec.NONE:
         _, chunks = open_decompressed(path)
         text = b""
-        for chunk in chunks:
-            text += chunk
-            if len(text) >= _HEAD_BYTES:
-                break
+        try:
+            for chunk in chunks:
+                text += chunk
+                if len(text) >= _HEAD_BYTES:
+                    break
+        except TruncatedStreamError:
+            # cut short (e.g. an in-progress log): judge by what decoded before the cut; if
+            # nothing did, it can only be an event log (the one compressed format), whose
+            # reader counts the truncation
+            if not text.strip():
+                return LogFormat.SPARK, Container.EVENTLOG
         kind = _json_kind(text)
         return (LogFormat.SPARK, Container.EVENTLOG) if kind is Container.EVENTLOG else None
     kind = _json_kind(head)
@@ -165,6 +175,27 @@ def _forced_container(path: Path, fmt: LogFormat) -> Container:
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
     return Container.PARQUET if magic == PARQUET_MAGIC else Container.JSONL
+
+
+def _special_kind(path: Path) -> str:
+    """What a path that is neither a regular file nor a directory is, in words."""
+    import stat
+
+    try:
+        mode = path.lstat().st_mode
+    except OSError as exc:
+        return f"cannot stat it: {exc.strerror or exc}"
+    if stat.S_ISLNK(mode):
+        return f"a link to {os.readlink(path)!r}, which leads nowhere (missing or a loop)"
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def _hidden(name: str) -> bool:
@@ -205,13 +236,30 @@ def discover(
         raise InputError("no log paths given; name at least one file or directory")
     sources: list[Source] = []
     issues = ReadIssues()
+    # resolved path -> the path it was first visited as (files, rolling and walked directories)
+    seen: dict[Path, Path] = {}
+    rolling: set[Path] = set()  # resolved rolling event-log directories (read whole)
 
     def visit(path: Path, explicit: bool) -> None:
+        try:
+            resolved = path.resolve()
+        except (OSError, RuntimeError):  # a link loop: is_file() is False, counted below
+            resolved = path.absolute()
+        first = seen.get(resolved) or next(
+            (seen[p] for p in resolved.parents if p in rolling), None
+        )
+        if first is not None:
+            # the same file or directory reached twice (named twice, named and inside a
+            # directory also named, or through a link): read once
+            issues.add("duplicate path (read once)", str(path), detail=f"already read as {first}")
+            return
         if path.is_dir():
+            seen[resolved] = path
             if path.name.startswith(ROLLING_DIR_PREFIX) and fmt in (
                 LogFormat.AUTO,
                 LogFormat.SPARK,
             ):
+                rolling.add(resolved)
                 sources.append(Source(path, LogFormat.SPARK, Container.EVENTLOG_DIR))
                 return
             for child in sorted(path.iterdir()):
@@ -221,7 +269,10 @@ def discover(
         if not path.is_file():
             if explicit:
                 raise InputError(f"{path} is not a regular file or directory")
+            # a dangling link, FIFO, socket or device: skipped, but counted
+            issues.add("not a regular file (skipped)", str(path), detail=_special_kind(path))
             return
+        seen[resolved] = path
         try:
             size = path.stat().st_size
         except OSError as exc:

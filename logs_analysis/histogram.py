@@ -1,8 +1,12 @@
 """Log-scale histograms with weights: the out-of-core summary of a distribution.
 
 Values are binned by ``log10`` into bins of :data:`BIN_WIDTH` decades from :data:`LOG_LO`
-(so a quantile read back from a histogram is within a factor ``10**BIN_WIDTH`` ~ 1.047 of
-the exact one). A bin also sums weights (bytes, operations, byte-seconds...), which is
+to :data:`LOG_HI` (so a quantile read back from a histogram is within a factor
+``10**BIN_WIDTH`` ~ 1.047 of the exact one). The range, ``1e-30`` to ``1e19``, holds every
+size an ``int64`` can carry (up to 9.2e18 bytes) and every density such rows can have
+(one operation on 9.2e18 bytes for 1e10 s is 1.1e-29 ops/byte/s). A value outside it
+(or infinite) is counted in the end bin nearest to it; :func:`outside_range` counts such
+values so the report can say so. A bin also sums weights (bytes, operations, byte-seconds...), which is
 what the skew analysis needs. Zero values (a file never read or written has density 0)
 go to bin :data:`ZERO_BIN`.
 
@@ -29,12 +33,17 @@ __all__ = [
     "add_frames",
     "bin_lower",
     "bin_of",
+    "outside_range",
     "quantiles_from_counts",
 ]
 
+#: Width of a bin, decades.
 BIN_WIDTH = 0.02
-LOG_LO = -20.0
-LOG_HI = 12.0
+#: log10 of the lower edge of the first bin.
+LOG_LO = -30.0
+#: log10 of the upper edge of the last bin (above the largest int64, 9.22e18).
+LOG_HI = 19.0
+#: Bins (2450; a chunk's frame holds only the bins its values fall in).
 N_BINS = round((LOG_HI - LOG_LO) / BIN_WIDTH)
 ZERO_BIN = -1
 
@@ -48,6 +57,16 @@ def bin_of(values: np.ndarray) -> np.ndarray:
         b = np.floor((np.log10(v[pos]) - LOG_LO) / BIN_WIDTH)
     out[pos] = np.clip(b, 0, N_BINS - 1).astype(np.int64)
     return out
+
+
+def outside_range(values: np.ndarray) -> int:
+    """How many positive values lie outside ``[10**LOG_LO, 10**LOG_HI)`` or are not finite
+    (:func:`bin_of` puts them in the nearest end bin, so quantiles there are bounds)."""
+    v = np.asarray(values, dtype=np.float64)
+    pos = v[v > 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lg = np.log10(pos)
+    return int(np.count_nonzero(~((lg >= LOG_LO) & (lg < LOG_HI))))
 
 
 def bin_lower(bins: np.ndarray) -> np.ndarray:

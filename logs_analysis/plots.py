@@ -3,6 +3,10 @@
 Every figure is drawn from numbers already in the report (histograms, quantiles,
 curves), so the HTML and ``report.json`` show the same data. Figures are closed after
 encoding, so drawing many keeps memory flat.
+
+Text taken from logs (pipeline, stage and file-kind names in legends and tick labels)
+goes through :func:`_text`, which escapes ``$``: matplotlib would otherwise parse a name
+such as ``etl_${ENV}_$(date +%F)`` as mathtext and fail to draw the figure.
 """
 
 from __future__ import annotations
@@ -58,12 +62,23 @@ def to_data_uri(fig: Any, dpi: int = 110) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _text(label: str) -> str:
+    """``label`` shown literally by matplotlib: each ``$`` escaped, so no mathtext is parsed.
+
+    Matplotlib treats text with an even number of unescaped ``$`` as math and draws an
+    escaped ``\\$`` as ``$``.
+    """
+    return str(label).replace("$", r"\$")
+
+
 def _short(label: str, width: int = 40) -> str:
-    """``label`` cut in the middle to ``width`` characters (paths keep their informative ends)."""
-    if len(label) <= width:
-        return label
-    head = (width - 1) // 2
-    return label[:head] + "\u2026" + label[len(label) - (width - 1 - head) :]
+    """``label`` cut in the middle to ``width`` characters (paths keep their informative
+    ends), escaped for matplotlib with :func:`_text`."""
+    label = str(label)
+    if len(label) > width:
+        head = (width - 1) // 2
+        label = label[:head] + "\u2026" + label[len(label) - (width - 1 - head) :]
+    return _text(label)
 
 
 def density_by_group(
@@ -218,7 +233,7 @@ def importances(values: dict[str, float], top: int = 15) -> str:
     plt = _plt()
     items = list(values.items())[:top]
     fig, ax = plt.subplots(figsize=(5.6, 0.3 * max(len(items), 1) + 1.0))
-    names = [k for k, _ in reversed(items)]
+    names = [_text(k) for k, _ in reversed(items)]
     ax.barh(names, [v for _, v in reversed(items)], color="#2ca02c")
     ax.set_xlabel("share of total gain")
     ax.set_title("Feature importance (creation-time features)", fontsize=11)
@@ -249,7 +264,7 @@ def savings_curves(
         if name == "all-hdd":
             continue
         style = styles.get(name) or {"color": next(others, "#7f7f7f")}
-        ax.plot(x, [100 * v for v in values], marker="o", ms=4, label=name, **style)
+        ax.plot(x, [100 * v for v in values], marker="o", ms=4, label=_text(name), **style)
     if upper_bound:
         ax.plot(x, [100 * v for v in upper_bound], ls=":", color="black", label="upper bound (LP)")
     ax.set_xscale("log")
@@ -273,7 +288,13 @@ def savings_by_kind(parts: Mapping[str, Mapping[str, float]], budget: float) -> 
     left = [0.0] * len(names)
     for i, kind in enumerate(kinds):
         widths = [100 * parts[n].get(kind, 0.0) for n in names]
-        ax.barh(names, widths, left=left, color=_PALETTE[i % len(_PALETTE)], label=kind)
+        ax.barh(
+            [_text(n) for n in names],
+            widths,
+            left=left,
+            color=_PALETTE[i % len(_PALETTE)],
+            label=_text(kind),
+        )
         left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.invert_yaxis()
     ax.set_xlabel(f"TCO saved vs all-HDD at {100 * budget:g}% SSD (%), by file kind")

@@ -37,12 +37,20 @@ from logs_analysis.analyses.predictability import (
 )
 from logs_analysis.analyses.savings import DEFAULT_BUDGETS, SavingsResult, savings_curve
 from logs_analysis.analyses.skew import skew, skew_by
-from logs_analysis.errors import AnalysisError
+from logs_analysis.errors import AnalysisError, OutputError
 from logs_analysis.formats import LogFormat, discover
+from logs_analysis.histogram import LOG_HI, LOG_LO
 from logs_analysis.readers import plan
 from placement.cost import focus_budget_index
 
-__all__ = ["REPORT_VERSION", "Report", "ReportConfig", "build_report", "json_path_for"]
+__all__ = [
+    "REPORT_VERSION",
+    "Report",
+    "ReportConfig",
+    "build_report",
+    "check_output_paths",
+    "json_path_for",
+]
 
 REPORT_VERSION = 1
 STAGES = (
@@ -124,6 +132,68 @@ def json_path_for(html_path: str | os.PathLike[str]) -> Path:
     return Path(html_path).with_suffix(".json")
 
 
+def _resolved(path: str | os.PathLike[str]) -> Path:
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return Path(path).absolute()
+
+
+def check_output_paths(
+    html_path: str | os.PathLike[str],
+    inputs: Sequence[str | os.PathLike[str]] = (),
+    sources: Sequence[str | os.PathLike[str]] = (),
+) -> tuple[Path, Path]:
+    """The HTML and JSON paths of a report, checked against its inputs.
+
+    Parameters
+    ----------
+    html_path : path
+        The HTML report (``--out``); the JSON goes beside it (:func:`json_path_for`).
+    inputs : list of path
+        The paths given (files and directories).
+    sources : list of path
+        The sources found under them (:func:`logs_analysis.formats.discover`).
+
+    Returns
+    -------
+    (Path, Path)
+        ``html_path`` and its JSON path, as given.
+
+    Raises
+    ------
+    OutputError
+        If the HTML and the JSON would be one file (``--out`` ends in ``.json``), or either
+        would replace an input file or land inside an input directory that is read.
+    """
+    html = Path(html_path)
+    json_file = json_path_for(html)
+    if _resolved(html) == _resolved(json_file):
+        raise OutputError(
+            f"--out {html} ends in .json, so the HTML report and its JSON would both be "
+            f"{json_file}; choose another --out, e.g. {html.with_suffix('.html')}"
+        )
+    files: set[Path] = set()
+    dirs: set[Path] = set()
+    for p in [*inputs, *sources]:
+        r = _resolved(p)
+        if r.is_dir():
+            dirs.add(r)
+        else:
+            files.add(r)
+    for out, what in ((html, "the HTML report"), (json_file, f"the JSON beside --out {html}")):
+        r = _resolved(out)
+        if r in files:
+            raise OutputError(f"{what} would overwrite the input log {out}; choose another --out")
+        for d in sorted(dirs):
+            if r == d or d in r.parents:
+                raise OutputError(
+                    f"{what} ({out}) would be written inside the input directory {d}, which "
+                    "is read as logs; choose another --out outside it"
+                )
+    return html, json_file
+
+
 def _clean(value: Any) -> Any:
     """JSON-ready: numpy scalars to Python, NaN and infinities to None."""
     if isinstance(value, dict):
@@ -171,11 +241,19 @@ class Report:
 
         Raises
         ------
+        OutputError
+            If the HTML and the JSON would be one file, or either would overwrite an input
+            of the report or land inside an input directory (:func:`check_output_paths`);
+            nothing is written then.
         AnalysisError
             If a file cannot be written (names the path).
         """
-        html_path = Path(html_path)
-        json_file = json_path_for(html_path)
+        inputs = self.data.get("inputs", {})
+        html_path, json_file = check_output_paths(
+            html_path,
+            inputs.get("paths", []),
+            [s["path"] for s in inputs.get("sources", [])],
+        )
         try:
             html_path.parent.mkdir(parents=True, exist_ok=True)
             text = self.render_html()
@@ -277,12 +355,26 @@ def _dist_dicts(
 
 
 def build_report(
-    paths: Sequence[str | os.PathLike[str]], config: ReportConfig | None = None
+    paths: Sequence[str | os.PathLike[str]],
+    config: ReportConfig | None = None,
+    out: str | os.PathLike[str] | None = None,
 ) -> Report:
     """Read ``paths`` and run every analysis (see the module docstring).
 
+    Parameters
+    ----------
+    paths : list of path
+        Log files and directories.
+    config : ReportConfig, optional
+        Settings (defaults when omitted).
+    out : path, optional
+        Where the HTML report will be written; when given, it is checked against the
+        inputs before anything is read (:func:`check_output_paths`).
+
     Raises
     ------
+    OutputError
+        If ``out`` would overwrite an input or the HTML and JSON would be one file.
     InputError
         If a path is missing or empty, or no usable row is found.
     FormatError
@@ -295,7 +387,11 @@ def build_report(
     stages = _Stages(config.progress)
     try:
         stages.start("discover")
+        if out is not None:
+            check_output_paths(out, paths)  # before reading: e.g. --out r.json
         sources, issues = discover(list(paths), config.format)
+        if out is not None:
+            check_output_paths(out, paths, [s.path for s in sources])
         chunks, more = plan(sources)
         issues.merge(more)
         stages.done()
@@ -396,6 +492,13 @@ def build_report(
             "mean_density": (totals.get("ops", 0.0) / totals["byte_s"])
             if totals.get("byte_s")
             else None,
+        },
+        "histogram_range": {
+            "log10_low": LOG_LO,
+            "log10_high": LOG_HI,
+            "outside": {
+                v: int(totals.get(f"outside_range_{v}", 0)) for v in ("density", "lifetime", "size")
+            },
         },
         "units": {
             "density": UNITS["density"],

@@ -15,22 +15,25 @@ codec         leading bytes                         format
 ============  ====================================  =====================================
 
 Blocks are decoded with pyarrow's codecs (``zstd``, ``lz4_raw``, ``snappy``), so no extra
-package is needed. A truncated or corrupt stream raises :class:`FormatError` naming the file.
+package is needed. A corrupt stream raises :class:`FormatError` naming the file; a stream
+cut short (a file still being written, e.g. Spark's in-progress ``.zstd`` logs) raises
+:class:`TruncatedStreamError` (a :class:`FormatError`) after yielding every byte decoded
+before the cut, so readers can keep the complete lines and count the truncation.
 """
 
 from __future__ import annotations
 
 import enum
-import gzip
 import io
 import struct
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import pyarrow as pa
 
-from logs_analysis.errors import FormatError
+from logs_analysis.errors import FormatError, TruncatedStreamError
 
 __all__ = [
     "LZ4_BLOCK_MAGIC",
@@ -49,6 +52,9 @@ LZF_MAGIC = b"ZV"
 #: lz4-java's stream checksum seed (``LZ4BlockOutputStream.DEFAULT_SEED``).
 LZ4_BLOCK_SEED = 0x9747B28C
 _READ_SIZE = 1 << 20
+#: Bytes asked of pyarrow's zstd stream per read: a read that meets the end of a truncated
+#: stream loses what it decoded, so reads are kept small (pyarrow decodes in 64 KiB steps).
+_ZSTD_READ_SIZE = 1 << 16
 
 
 class Codec(str, enum.Enum):
@@ -108,7 +114,7 @@ def sniff_codec(head: bytes, path: str | Path = "") -> Codec:
 def _read_exact(f: BinaryIO, n: int, path: str) -> bytes:
     data = f.read(n)
     if len(data) != n:
-        raise FormatError(
+        raise TruncatedStreamError(
             f"{path}: compressed stream is truncated (wanted {n} bytes, got {len(data)})"
         )
     return data
@@ -122,6 +128,8 @@ def _lz4_blocks(f: BinaryIO, path: str) -> Iterator[bytes]:
         magic = f.read(len(LZ4_BLOCK_MAGIC))
         if not magic:
             return
+        if len(magic) < len(LZ4_BLOCK_MAGIC) and LZ4_BLOCK_MAGIC.startswith(magic):
+            raise TruncatedStreamError(f"{path}: LZ4Block stream is truncated (in a block header)")
         if magic != LZ4_BLOCK_MAGIC:
             raise FormatError(f"{path}: corrupt LZ4Block stream (bad block magic {magic!r})")
         token, clen, dlen, checksum = struct.unpack("<BiiI", _read_exact(f, 13, path))
@@ -169,7 +177,7 @@ def _snappy_chunks(f: BinaryIO, path: str) -> Iterator[bytes]:
         if not prefix:
             return
         if len(prefix) != 4:
-            raise FormatError(f"{path}: snappy stream is truncated")
+            raise TruncatedStreamError(f"{path}: snappy stream is truncated")
         if prefix == SNAPPY_JAVA_MAGIC[:4]:  # a concatenated stream's header
             _read_exact(f, 12, path)
             continue
@@ -183,15 +191,55 @@ def _snappy_chunks(f: BinaryIO, path: str) -> Iterator[bytes]:
             raise FormatError(f"{path}: corrupt snappy chunk: {exc}") from exc
 
 
-def _plain_chunks(f: BinaryIO, path: str) -> Iterator[bytes]:
+def _plain_chunks(f: BinaryIO, path: str, size: int = _READ_SIZE) -> Iterator[bytes]:
     try:
         while True:
-            data = f.read(_READ_SIZE)
+            data = f.read(size)
             if not data:
                 return
             yield data
     except (OSError, EOFError, pa.ArrowException) as exc:
+        if "truncated" in str(exc).lower():
+            raise TruncatedStreamError(f"{path}: compressed stream is truncated: {exc}") from exc
         raise FormatError(f"{path}: cannot decompress: {exc}") from exc
+
+
+def _gzip_chunks(f: BinaryIO, path: str) -> Iterator[bytes]:
+    """Decode gzip members one after another, yielding output as it is decoded (so a
+    member cut short still yields its decodable part before :class:`TruncatedStreamError`)."""
+    d = zlib.decompressobj(wbits=31)
+    started = False  # the current member has input
+    while True:
+        data = f.read(_READ_SIZE)
+        if not data:
+            break
+        while True:
+            if not started:
+                if not data.strip(b"\0"):
+                    break  # zero padding after the last member (as gzip accepts)
+                started = True
+            try:
+                out = d.decompress(data, _READ_SIZE)
+            except zlib.error as exc:
+                raise FormatError(f"{path}: cannot decompress: corrupt gzip data ({exc})") from exc
+            if out:
+                yield out
+            if d.eof:  # member done; another may follow (concatenated)
+                data = d.unused_data
+                d = zlib.decompressobj(wbits=31)
+                started = False
+                if not data:
+                    break
+            elif d.unconsumed_tail:
+                data = d.unconsumed_tail
+            elif len(out) == _READ_SIZE:
+                data = b""  # output may still be pending for the input given
+            else:
+                break
+    if started:
+        raise TruncatedStreamError(
+            f"{path}: compressed stream is truncated (gzip member without its end)"
+        )
 
 
 def open_decompressed(path: str | Path) -> tuple[Codec, Iterator[bytes]]:
@@ -200,7 +248,9 @@ def open_decompressed(path: str | Path) -> tuple[Codec, Iterator[bytes]]:
     Raises
     ------
     FormatError
-        For LZF (not supported) and for corrupt or truncated streams (while iterating).
+        For LZF (not supported) and for corrupt streams (while iterating).
+    TruncatedStreamError
+        A :class:`FormatError`: the stream ends early; raised after the decodable bytes.
     OSError
         If the file cannot be opened.
     """
@@ -218,10 +268,10 @@ def open_decompressed(path: str | Path) -> tuple[Codec, Iterator[bytes]]:
     def chunks() -> Iterator[bytes]:
         if codec is Codec.ZSTD:
             with pa.input_stream(name, compression="zstd") as stream:
-                yield from _plain_chunks(stream, name)  # type: ignore[arg-type]
+                yield from _plain_chunks(stream, name, _ZSTD_READ_SIZE)  # type: ignore[arg-type]
         elif codec is Codec.GZIP:
-            with gzip.open(name, "rb") as g:
-                yield from _plain_chunks(g, name)  # type: ignore[arg-type]
+            with open(name, "rb") as g:
+                yield from _gzip_chunks(g, name)
         else:
             with open(name, "rb") as raw:
                 f = io.BufferedReader(raw, _READ_SIZE)

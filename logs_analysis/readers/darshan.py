@@ -35,7 +35,10 @@ Darshan marks a counter it could not keep with -1; such rows fail the row checks
 Isolation: the darshan C parser can abort the whole process on a damaged log (a
 truncated file frees an invalid pointer). Each log is therefore parsed in a spawned
 child process (about a second of start-up per log); a log that kills it is counted as
-an issue.
+an issue. The child's standard error (the C library's messages, such as "Error: unable to
+read compressed data from file." or "double free or corruption") goes to a temporary
+file, not to the user's terminal; the first of those messages is quoted in the issue,
+"damaged or truncated Darshan log: ...".
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import dataclasses
 import math
 import multiprocessing
 import os
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -92,22 +96,62 @@ def read_darshan(path: str | os.PathLike[str], *, isolate: bool = True) -> Chunk
     require_darshan()
     if not isolate:
         return _read(str(path))
+    fd, err_path = tempfile.mkstemp(prefix="darshan-", suffix=".stderr")
+    os.close(fd)
     try:
-        with ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn")
-        ) as pool:
-            return pool.submit(_read, str(path)).result()
-    except BrokenProcessPool:
-        issues = ReadIssues()
-        issues.add(
-            "unreadable Darshan log (skipped)",
-            str(path),
-            detail="the darshan parser crashed on this log (damaged or truncated)",
-        )
-        return ChunkResult(SCHEMA.empty_table(), issues, str(path))
+        try:
+            with ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_stderr_to,
+                initargs=(err_path,),
+            ) as pool:
+                return pool.submit(_read, str(path), err_path).result()
+        except BrokenProcessPool:
+            said = _first_message(err_path)
+            issues = ReadIssues()
+            issues.add(
+                "unreadable Darshan log (skipped)",
+                str(path),
+                detail=f"{DAMAGED}: the darshan parser crashed on it"
+                + (f" ({said})" if said else ""),
+            )
+            return ChunkResult(SCHEMA.empty_table(), issues, str(path))
+    finally:
+        try:
+            os.unlink(err_path)
+        except OSError:
+            pass
 
 
-def _read(path: str) -> ChunkResult:
+#: Start of the detail of a log the parser cannot read.
+DAMAGED = "damaged or truncated Darshan log"
+
+
+def _stderr_to(path: str) -> None:
+    """Child-process initializer: point file descriptor 2 (C and Python stderr) at ``path``."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _first_message(path: str | None) -> str:
+    """The first non-blank line written to ``path`` (the parser's stderr), or ``""``."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return ""
+    for line in head.decode("utf-8", "replace").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _read(path: str, err_path: str | None = None) -> ChunkResult:
+    """Parse one log; ``err_path`` is where this process's stderr goes (to quote from)."""
     darshan = require_darshan()
     source = str(path)
     issues = ReadIssues()
@@ -128,8 +172,11 @@ def _read(path: str) -> ChunkResult:
     except DependencyError:
         raise
     except Exception as exc:  # noqa: BLE001 - the darshan parser raises assorted types on a damaged log
+        said = _first_message(err_path)
         issues.add(
-            "unreadable Darshan log (skipped)", source, detail=f"{type(exc).__name__}: {exc}"
+            "unreadable Darshan log (skipped)",
+            source,
+            detail=f"{DAMAGED}: " + (f"{said} " if said else "") + f"({type(exc).__name__}: {exc})",
         )
         return ChunkResult(SCHEMA.empty_table(), issues, source)
     counters = frames["counters"]

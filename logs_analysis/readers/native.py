@@ -14,8 +14,8 @@ JSON lines
     One JSON object per line with log-schema keys. Split into byte ranges of about
     :data:`BLOCK_BYTES`; a line belongs to the block its first byte lies in. A block is
     parsed with pyarrow's JSON reader; if that fails, line by line, so each malformed
-    line (invalid JSON, not an object, a value of the wrong type) is counted with its
-    line number and the rest of the block is kept.
+    line (invalid JSON, not an object, a value of the wrong type, an integer outside its
+    column's range) is counted with its line number and the rest of the block is kept.
 """
 
 from __future__ import annotations
@@ -62,7 +62,11 @@ class ParquetChunk:
     def load(self) -> ChunkResult:
         issues = ReadIssues()
         try:
-            pf = pq.ParquetFile(self.source, read_dictionary=list(DICTIONARY_COLUMNS))
+            pf = pq.ParquetFile(self.source)
+            # only columns the file has: read_dictionary names a missing one -> KeyError
+            present = [c for c in DICTIONARY_COLUMNS if c in pf.schema_arrow.names]
+            if present:
+                pf = pq.ParquetFile(self.source, metadata=pf.metadata, read_dictionary=present)
             columns = [c for c in pf.schema_arrow.names if c in _SCHEMA_NAMES]
             table = pf.read_row_groups(list(self.row_groups), columns=columns)
             table = conform_keeping_dictionaries(
@@ -272,9 +276,8 @@ def _parse_lines(
         row = {k: obj.get(k) for k in SCHEMA.names}
         bad = _bad_value(row)
         if bad:
-            issues.add(
-                "value of the wrong type", source, detail=bad, line=i + 1, block_start=block_start
-            )
+            reason, detail = bad
+            issues.add(reason, source, detail=detail, line=i + 1, block_start=block_start)
             continue
         rows.append(row)
         good.append(i)
@@ -283,7 +286,22 @@ def _parse_lines(
     return pa.Table.from_pylist(rows, schema=_JSON_SCHEMA), good
 
 
-def _bad_value(row: dict[str, Any]) -> str:
+def _int_range(type_: pa.DataType) -> tuple[int, int]:
+    """Smallest and largest value of an Arrow integer type."""
+    bits = type_.bit_width
+    if pa.types.is_signed_integer(type_):
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def _bad_value(row: dict[str, Any]) -> tuple[str, str] | None:
+    """``(reason, detail)`` of the first value of ``row`` its column cannot hold, else None.
+
+    Converts the good values in place (numbers given for string columns become strings,
+    integral floats of integer columns become ints). An integer outside its column's
+    range (``size_bytes`` of ``10**20``, an ``int32`` column given ``2**40``) is bad too.
+    """
+    wrong = "value of the wrong type"
     for field in SCHEMA:
         v = row[field.name]
         if v is None:
@@ -294,20 +312,28 @@ def _bad_value(row: dict[str, Any]) -> str:
                     str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
                 )
                 if not isinstance(row[field.name], str):
-                    return f"{field.name}={v!r} is not a string"
+                    return wrong, f"{field.name}={v!r} is not a string"
         elif pa.types.is_integer(field.type):
             if (
                 isinstance(v, bool)
                 or not isinstance(v, (int, float))
                 or (isinstance(v, float) and not v.is_integer())
             ):
-                return f"{field.name}={v!r} is not an integer"
+                return wrong, f"{field.name}={v!r} is not an integer"
+            lo, hi = _int_range(field.type)
+            if not lo <= v <= hi:
+                return "value out of range", (
+                    f"{field.name}={v!r} does not fit its column ({field.type}: {lo} to {hi})"
+                )
             row[field.name] = int(v)
         elif pa.types.is_floating(field.type):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                return f"{field.name}={v!r} is not a number"
-            row[field.name] = float(v)
-    return ""
+                return wrong, f"{field.name}={v!r} is not a number"
+            try:
+                row[field.name] = float(v)
+            except OverflowError:
+                return "value out of range", f"{field.name}={v!r} is too large for a float"
+    return None
 
 
 def plan_jsonl(

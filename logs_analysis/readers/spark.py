@@ -53,12 +53,17 @@ Spill (``file_kind = "spill"``)
 
 Tasks that wrote no shuffle data and spilled nothing yield no record (an application
 without shuffles yields none, which is not an error by itself). Lines that are not JSON,
-events that are not objects and task-end events without the fields above are counted in
-:class:`~logs_analysis.issues.ReadIssues` with their line numbers.
+events that are not objects, task-end events without the fields above and events whose
+fields have the wrong type (a "Task ID" that is a string, "Stage IDs" that is not a list,
+a count too large for its column) are counted in :class:`~logs_analysis.issues.ReadIssues`
+with their line numbers, and the rest of the log is read.
 
 Rolling event logs (a directory ``eventlog_v2_<app>`` of ``events_<n>_<app>[.codec]``
 files, Spark >= 3) are read as one stream in index order; compressed files are
-decompressed by :mod:`logs_analysis.readers.compression`.
+decompressed by :mod:`logs_analysis.readers.compression`. A compressed file cut short
+(Spark writes in-progress logs this way) keeps the lines decoded before the cut and
+counts one "truncated compressed stream" issue naming the file, as a plain-text log cut
+short keeps its complete lines.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from logs_analysis.errors import FormatError
+from logs_analysis.errors import FormatError, TruncatedStreamError
 from logs_analysis.issues import ReadIssues
 from logs_analysis.readers.base import ChunkResult
 from logs_analysis.readers.compression import iter_lines, open_decompressed
@@ -83,6 +88,13 @@ from placement.schema import SCHEMA, conform
 __all__ = ["OPERATORS", "SparkChunk", "operator_of", "plan_spark", "read_spark_events"]
 
 _EVENTS_RE = re.compile(r"^events_(\d+)_")
+_INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
+
+
+class _MalformedEvent(ValueError):
+    """An event whose fields have types or values Spark never writes."""
+
 
 #: Spark call names (first word of a stage name) -> placement operator vocabulary.
 OPERATORS: dict[str, str] = {
@@ -152,7 +164,22 @@ def _num(d: Any, *keys: str) -> int:
         if not isinstance(d, dict):
             return 0
         d = d.get(key)
-    return int(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else 0
+    if not isinstance(d, (int, float)) or isinstance(d, bool):
+        return 0
+    if not (isinstance(d, int) or math.isfinite(d)) or not -_INT64_MAX <= d <= _INT64_MAX:
+        raise _MalformedEvent(f"{'/'.join(keys)}={d!r} is out of range")
+    return int(d)
+
+
+def _opt_int(value: Any, name: str, default: int = 0, hi: int = _INT64_MAX) -> int:
+    """``value`` as a non-negative int (``default`` when absent); anything else is malformed."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _MalformedEvent(f"{name}={value!r} is not an integer")
+    if not 0 <= value <= hi:
+        raise _MalformedEvent(f"{name}={value!r} is out of range")
+    return value
 
 
 def event_files(path: Path) -> list[Path]:
@@ -165,11 +192,22 @@ def event_files(path: Path) -> list[Path]:
     return sorted(files, key=lambda p: int(_EVENTS_RE.match(p.name).group(1)))  # type: ignore[union-attr]
 
 
-def _lines(path: Path) -> Iterator[tuple[str, int, bytes]]:
+def _lines(path: Path, issues: ReadIssues) -> Iterator[tuple[str, int, bytes]]:
+    """``(file, line number, line)`` of every file of the log; a compressed file cut short
+    yields its complete lines and counts one "truncated compressed stream" issue."""
     for file in event_files(path):
         _, chunks = open_decompressed(file)
-        for n, line in enumerate(iter_lines(chunks), 1):
-            yield str(file), n, line
+        n = 0
+        try:
+            for n, line in enumerate(iter_lines(chunks), 1):
+                yield str(file), n, line
+        except TruncatedStreamError as exc:
+            issues.add(
+                "truncated compressed stream",
+                str(file),
+                f"after line {n}",
+                f"{exc}; the {n} line(s) decoded before the cut were read",
+            )
 
 
 def read_spark_events(path: str | Path) -> ChunkResult:
@@ -195,12 +233,12 @@ def read_spark_events(path: str | Path) -> ChunkResult:
 
     def stage_info(info: dict[str, Any], job: int | None = None) -> None:
         sid = info.get("Stage ID")
-        if not isinstance(sid, int):
+        if not isinstance(sid, int) or isinstance(sid, bool):
             return
         st = stages[sid]
         st.name = str(info.get("Stage Name") or st.name)
         if isinstance(info.get("Number of Tasks"), int):
-            st.n_tasks = info["Number of Tasks"]
+            st.n_tasks = _opt_int(info["Number of Tasks"], "Number of Tasks", hi=_INT32_MAX)
         if isinstance(info.get("Parent IDs"), list):
             st.parents = [p for p in info["Parent IDs"] if isinstance(p, int)]
         if job is not None:
@@ -209,7 +247,7 @@ def read_spark_events(path: str | Path) -> ChunkResult:
             if isinstance(info.get(key), (int, float)):
                 setattr(st, attr, info[key] / 1000.0)
 
-    for file, n, raw in _lines(path):
+    for file, n, raw in _lines(path, issues):
         if not raw.strip():
             continue
         try:
@@ -222,52 +260,65 @@ def read_spark_events(path: str | Path) -> ChunkResult:
             continue
         events += 1
         kind = ev["Event"]
-        for key in ("Timestamp", "Completion Time", "Submission Time"):
-            if isinstance(ev.get(key), (int, float)):
-                last_ts = max(last_ts or 0.0, ev[key] / 1000.0)
-        if kind == "SparkListenerApplicationStart":
-            app_name = str(ev.get("App Name") or "")
-            app_id = str(ev.get("App ID") or "")
-            if ev.get("App Attempt ID"):
-                app_id = f"{app_id}/{ev['App Attempt ID']}"
-        elif kind == "SparkListenerApplicationEnd":
-            if isinstance(ev.get("Timestamp"), (int, float)):
-                app_end = ev["Timestamp"] / 1000.0
-        elif kind == "SparkListenerExecutorAdded" and isinstance(ev.get("Timestamp"), (int, float)):
-            executors.append((ev["Timestamp"] / 1000.0, 1))
-        elif kind == "SparkListenerExecutorRemoved" and isinstance(
-            ev.get("Timestamp"), (int, float)
-        ):
-            executors.append((ev["Timestamp"] / 1000.0, -1))
-        elif kind == "SparkListenerJobStart":
-            job = ev.get("Job ID")
-            for info in ev.get("Stage Infos") or []:
-                if isinstance(info, dict):
-                    stage_info(info, job if isinstance(job, int) else None)
-            for sid in ev.get("Stage IDs") or []:
-                if isinstance(sid, int) and isinstance(job, int):
-                    stages[sid].job = job
-        elif kind == "SparkListenerJobEnd":
-            if isinstance(ev.get("Job ID"), int) and isinstance(
-                ev.get("Completion Time"), (int, float)
+        try:
+            for key in ("Timestamp", "Completion Time", "Submission Time"):
+                if isinstance(ev.get(key), (int, float)):
+                    last_ts = max(last_ts or 0.0, ev[key] / 1000.0)
+            if kind == "SparkListenerApplicationStart":
+                app_name = str(ev.get("App Name") or "")
+                app_id = str(ev.get("App ID") or "")
+                if ev.get("App Attempt ID"):
+                    app_id = f"{app_id}/{ev['App Attempt ID']}"
+            elif kind == "SparkListenerApplicationEnd":
+                if isinstance(ev.get("Timestamp"), (int, float)):
+                    app_end = ev["Timestamp"] / 1000.0
+            elif kind == "SparkListenerExecutorAdded" and isinstance(
+                ev.get("Timestamp"), (int, float)
             ):
-                jobs_end[ev["Job ID"]] = ev["Completion Time"] / 1000.0
-        elif kind in ("SparkListenerStageSubmitted", "SparkListenerStageCompleted"):
-            if isinstance(ev.get("Stage Info"), dict):
-                stage_info(ev["Stage Info"])
-        elif kind == "SparkListenerTaskEnd":
-            task = _task_end(ev, file, n, issues)
-            if task is None:
-                continue
-            metrics = ev.get("Task Metrics") or {}
-            st = stages[task.stage]
-            st.blocks_fetched += _num(
-                metrics, "Shuffle Read Metrics", "Local Blocks Fetched"
-            ) + _num(metrics, "Shuffle Read Metrics", "Remote Blocks Fetched")
-            st.bytes_read += _num(metrics, "Shuffle Read Metrics", "Local Bytes Read") + _num(
-                metrics, "Shuffle Read Metrics", "Remote Bytes Read"
+                executors.append((ev["Timestamp"] / 1000.0, 1))
+            elif kind == "SparkListenerExecutorRemoved" and isinstance(
+                ev.get("Timestamp"), (int, float)
+            ):
+                executors.append((ev["Timestamp"] / 1000.0, -1))
+            elif kind == "SparkListenerJobStart":
+                job = ev.get("Job ID")
+                stage_ids = ev.get("Stage IDs")
+                if stage_ids is not None and not isinstance(stage_ids, list):
+                    raise _MalformedEvent(f"Stage IDs={stage_ids!r} is not a list")
+                for info in ev.get("Stage Infos") or []:
+                    if isinstance(info, dict):
+                        stage_info(info, job if isinstance(job, int) else None)
+                for sid in stage_ids or []:
+                    if isinstance(sid, int) and isinstance(job, int):
+                        stages[sid].job = job
+            elif kind == "SparkListenerJobEnd":
+                if isinstance(ev.get("Job ID"), int) and isinstance(
+                    ev.get("Completion Time"), (int, float)
+                ):
+                    jobs_end[ev["Job ID"]] = ev["Completion Time"] / 1000.0
+            elif kind in ("SparkListenerStageSubmitted", "SparkListenerStageCompleted"):
+                if isinstance(ev.get("Stage Info"), dict):
+                    stage_info(ev["Stage Info"])
+            elif kind == "SparkListenerTaskEnd":
+                task = _task_end(ev, file, n, issues)
+                if task is None:
+                    continue
+                metrics = ev.get("Task Metrics") or {}
+                st = stages[task.stage]
+                st.blocks_fetched += _num(
+                    metrics, "Shuffle Read Metrics", "Local Blocks Fetched"
+                ) + _num(metrics, "Shuffle Read Metrics", "Remote Blocks Fetched")
+                st.bytes_read += _num(metrics, "Shuffle Read Metrics", "Local Bytes Read") + _num(
+                    metrics, "Shuffle Read Metrics", "Remote Bytes Read"
+                )
+                tasks.append(task)
+        except (_MalformedEvent, TypeError, ValueError, OverflowError) as exc:
+            issues.add(
+                "malformed Spark event",
+                file,
+                detail=f"{kind}: {exc}",
+                line=n,
             )
-            tasks.append(task)
     if events == 0:
         issues.add("no Spark listener events (skipped)", str(path))
     return _records(
@@ -310,8 +361,8 @@ def _task_end(ev: dict[str, Any], file: str, n: int, issues: ReadIssues) -> _Tas
         ok = False
     return _Task(
         stage=stage,
-        attempt=int(ev.get("Stage Attempt ID") or 0),
-        task_id=int(info.get("Task ID") or 0),
+        attempt=_opt_int(ev.get("Stage Attempt ID"), "Stage Attempt ID"),
+        task_id=_opt_int(info.get("Task ID"), "Task ID"),
         executor=str(info.get("Executor ID") or ""),
         host=str(info.get("Host") or metrics.get("Host Name") or ""),
         launch=launch / 1000.0,

@@ -1,0 +1,454 @@
+"""Malformed and awkward inputs: each is counted and reported, never fatal.
+
+Every input is built in ``tmp_path``: placement-log rows, a synthetic Spark event log
+(the event fields the reader uses, as Spark writes them), cut-short compressed streams,
+special files, duplicate paths and outputs that would overwrite an input.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from logs_analysis.errors import InputError, OutputError
+from logs_analysis.formats import Container, LogFormat, discover, sniff
+from logs_analysis.readers import read_table
+from logs_analysis.readers.spark import read_spark_events
+from placement.schema import REQUIRED_COLUMNS
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def _native_row(i: int, **over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "file_id": f"f{i}",
+        "pipeline": "p",
+        "run_id": "r",
+        "stage": "s",
+        "created_at": 100.0 + i,
+        "deleted_at": 110.0 + i,
+        "file_kind": "spill",
+        "size_bytes": 1000 + i,
+        "read_ops": 1,
+        "write_ops": 1,
+        "read_bytes": 1000,
+        "write_bytes": 1000,
+    }
+    row.update(over)
+    return row
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _spark_events(n_tasks: int) -> list[dict[str, Any]]:
+    """A Spark 2.x-style application: stage 0 (``n_tasks`` map tasks writing shuffle data)
+    read by stage 1 of job 0."""
+    t0 = 1_600_000_000_000
+    stage0 = {
+        "Stage ID": 0,
+        "Stage Attempt ID": 0,
+        "Stage Name": "map at x.scala:1",
+        "Number of Tasks": n_tasks,
+        "Parent IDs": [],
+    }
+    stage1 = {
+        "Stage ID": 1,
+        "Stage Attempt ID": 0,
+        "Stage Name": "reduceByKey at x.scala:2",
+        "Number of Tasks": 4,
+        "Parent IDs": [0],
+    }
+    events: list[dict[str, Any]] = [
+        {"Event": "SparkListenerLogStart", "Spark Version": "2.4.0"},
+        {
+            "Event": "SparkListenerApplicationStart",
+            "App Name": "synthetic",
+            "App ID": "app-1",
+            "Timestamp": t0,
+            "User": "u",
+        },
+        {
+            "Event": "SparkListenerJobStart",
+            "Job ID": 0,
+            "Submission Time": t0 + 10,
+            "Stage Infos": [stage0, stage1],
+            "Stage IDs": [0, 1],
+        },
+        {"Event": "SparkListenerStageSubmitted", "Stage Info": {**stage0, "Submission Time": t0}},
+    ]
+    for task in range(n_tasks):
+        events.append(
+            {
+                "Event": "SparkListenerTaskEnd",
+                "Stage ID": 0,
+                "Stage Attempt ID": 0,
+                "Task Type": "ShuffleMapTask",
+                "Task End Reason": {"Reason": "Success"},
+                "Task Info": {
+                    "Task ID": task,
+                    "Index": task,
+                    "Attempt": 0,
+                    "Launch Time": t0 + 100 + task,
+                    "Executor ID": str(task % 4),
+                    "Host": f"host-{task % 4}",
+                    "Finish Time": t0 + 200 + task,
+                    "Failed": False,
+                    "Killed": False,
+                },
+                "Task Metrics": {
+                    "Executor Run Time": 90 + task % 7,
+                    "Shuffle Write Metrics": {
+                        "Shuffle Bytes Written": 10_000 + 37 * task,
+                        "Shuffle Write Time": 1000 + task,
+                        "Shuffle Records Written": 100 + task % 13,
+                    },
+                    "Input Metrics": {"Bytes Read": 50_000 + task, "Records Read": 500},
+                },
+            }
+        )
+    events += [
+        {
+            "Event": "SparkListenerStageCompleted",
+            "Stage Info": {**stage0, "Submission Time": t0, "Completion Time": t0 + 5000},
+        },
+        {
+            "Event": "SparkListenerStageCompleted",
+            "Stage Info": {**stage1, "Submission Time": t0 + 5000, "Completion Time": t0 + 9000},
+        },
+        {
+            "Event": "SparkListenerJobEnd",
+            "Job ID": 0,
+            "Completion Time": t0 + 9000,
+            "Job Result": {"Result": "JobSucceeded"},
+        },
+        {"Event": "SparkListenerApplicationEnd", "Timestamp": t0 + 10_000},
+    ]
+    return events
+
+
+def _spark_bytes(events: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(e) + "\n" for e in events).encode()
+
+
+# ----------------------------------------------------------------------------- native
+
+
+def test_parquet_without_optional_dictionary_columns(tmp_path: Path) -> None:
+    """Optional string columns read dictionary-encoded may be absent: they become nulls."""
+    rows = [_native_row(i) for i in range(10)]
+    table = pa.table({c: [r[c] for r in rows] for c in REQUIRED_COLUMNS})
+    assert "job_id" not in table.column_names and "worker" not in table.column_names
+    path = tmp_path / "required-only.parquet"
+    pq.write_table(table, path)
+    got, issues = read_table([path])
+    assert got.num_rows == 10 and not issues
+    assert got["job_id"].null_count == 10
+    # a file with some of the dictionary columns is read too
+    pq.write_table(table.append_column("worker", pa.array(["w"] * 10)), tmp_path / "w.parquet")
+    got, issues = read_table([tmp_path / "w.parquet"])
+    assert got.num_rows == 10 and not issues
+    assert got["worker"].to_pylist() == ["w"] * 10
+
+
+def test_jsonl_integer_out_of_its_column_range_is_counted(tmp_path: Path) -> None:
+    rows = [_native_row(i) for i in range(5)]
+    rows.append(_native_row(5, size_bytes=10**20))  # beyond int64
+    rows.append(_native_row(6, n_partitions_in=2**40))  # an int32 column
+    rows.append(_native_row(7, read_ops=-(2**70)))
+    rows.append(_native_row(8, size_bytes=1e30))  # an integral float, beyond int64
+    path = _write_jsonl(tmp_path / "log.jsonl", rows)
+    table, issues = read_table([path])
+    assert table.num_rows == 5
+    assert issues.counts == {"value out of range": 4}
+    located = {e.location: e.detail for e in issues.examples}
+    assert set(located) == {"line 6", "line 7", "line 8", "line 9"}
+    assert "size_bytes" in located["line 6"] and "int64" in located["line 6"]
+    assert "n_partitions_in" in located["line 7"] and "int32" in located["line 7"]
+
+
+# ----------------------------------------------------------------------------- spark
+
+
+def test_wrong_typed_spark_fields_are_malformed_events(tmp_path: Path) -> None:
+    events = _spark_events(20)
+    plain = tmp_path / "app-plain"
+    plain.write_bytes(_spark_bytes(events))
+    assert read_spark_events(plain).table.num_rows == 20
+    first_task = next(i for i, e in enumerate(events) if e["Event"] == "SparkListenerTaskEnd")
+    events[first_task]["Task Info"]["Task ID"] = "abc"
+    events[first_task + 1]["Stage Attempt ID"] = [0]
+    events[first_task + 2]["Task Metrics"]["Shuffle Write Metrics"]["Shuffle Bytes Written"] = 1e300
+    job_start = next(i for i, e in enumerate(events) if e["Event"] == "SparkListenerJobStart")
+    events[job_start]["Stage IDs"] = 5
+    bad = tmp_path / "app-bad"
+    bad.write_bytes(_spark_bytes(events))
+    result = read_spark_events(bad)
+    assert result.table.num_rows == 17
+    assert result.issues.counts == {"malformed Spark event": 4}
+    lines = sorted(e.line for e in result.issues.examples if e.line is not None)
+    assert lines == [job_start + 1, first_task + 1, first_task + 2, first_task + 3]
+    details = " ".join(e.detail for e in result.issues.examples)
+    assert "Task ID='abc'" in details and "Stage IDs=5" in details
+
+
+def _zstd(data: bytes) -> bytes:
+    return pa.compress(data, codec="zstd", asbytes=True)
+
+
+def _lz4(data: bytes) -> bytes:
+    from .test_spark import _lz4_block_stream
+
+    return _lz4_block_stream(data)
+
+
+@pytest.mark.parametrize("codec, compress", [("gz", gzip.compress), ("zstd", _zstd), ("lz4", _lz4)])
+def test_truncated_compressed_log_keeps_the_lines_before_the_cut(
+    tmp_path: Path, codec: str, compress: Any
+) -> None:
+    data = _spark_bytes(_spark_events(3000))  # ~1.6 MB: several zstd blocks and lz4 blocks
+    whole = tmp_path / f"app-whole.{codec}"
+    whole.write_bytes(compress(data))
+    full = read_spark_events(whole)
+    assert full.table.num_rows == 3000 and not full.issues
+    stream = whole.read_bytes()
+    cut = tmp_path / f"app-cut.{codec}"
+    cut.write_bytes(stream[: len(stream) * 2 // 3])
+    assert sniff(cut) == (LogFormat.SPARK, Container.EVENTLOG)
+    table, issues = read_table([cut])
+    assert 0 < table.num_rows < 3000
+    assert table["file_id"].to_pylist() == full.table["file_id"].to_pylist()[: table.num_rows]
+    assert issues.counts == {"truncated compressed stream": 1}
+    (example,) = issues.examples
+    assert example.source == str(cut) and str(cut) in example.detail
+
+
+@pytest.mark.parametrize("codec, compress", [("gz", gzip.compress), ("zstd", _zstd)])
+def test_small_truncated_compressed_log_named_explicitly_is_not_fatal(
+    tmp_path: Path, codec: str, compress: Any
+) -> None:
+    stream = compress(_spark_bytes(_spark_events(40)))
+    cut = tmp_path / f"app-small.{codec}"
+    cut.write_bytes(stream[: len(stream) * 2 // 3])
+    sources, _ = discover([cut])
+    assert [(s.format, s.container) for s in sources] == [(LogFormat.SPARK, Container.EVENTLOG)]
+    try:
+        table, issues = read_table([cut])
+    except InputError as exc:  # nothing decodable before the cut (one zstd block)
+        assert "truncated compressed stream" in str(exc)
+    else:
+        assert table.num_rows > 0
+        assert issues.counts.get("truncated compressed stream") == 1
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def test_same_file_reached_twice_is_read_once(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    path = _write_jsonl(logs / "log.jsonl", [_native_row(i) for i in range(7)])
+    (tmp_path / "link.jsonl").symlink_to(path)
+    for args in (
+        [logs, path],
+        [path, logs],
+        [logs, tmp_path / "logs" / ".." / "logs"],
+        [path, tmp_path / "link.jsonl"],
+    ):
+        sources, issues = discover(args)
+        assert len(sources) == 1, args
+        assert issues.counts == {"duplicate path (read once)": 1}, args
+        table, _ = read_table(args)
+        assert table.num_rows == 7, args
+
+
+def test_special_files_in_a_directory_are_counted(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _write_jsonl(logs / "log.jsonl", [_native_row(i) for i in range(3)])
+    (logs / "dangling").symlink_to(tmp_path / "missing")
+    os.mkfifo(logs / "pipe")
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(logs / "sock"))
+        sources, issues = discover([logs])
+    finally:
+        sock.close()
+    assert [s.path.name for s in sources] == ["log.jsonl"]
+    assert issues.counts == {"not a regular file (skipped)": 3}
+    details = {Path(e.source).name: e.detail for e in issues.examples}
+    assert "missing" in details["dangling"]
+    assert details["pipe"] == "a FIFO" and details["sock"] == "a socket"
+
+
+# ----------------------------------------------------------------------------- report output
+
+
+def _report(args: list[str]) -> Any:
+    from logs_analysis.cli import report_command
+
+    return CliRunner().invoke(report_command, [*args, "--no-progress"])
+
+
+def test_output_that_would_overwrite_an_input_is_refused(tmp_path: Path) -> None:
+    events = _write_jsonl(tmp_path / "events.json", [_native_row(i) for i in range(30)])
+    app = _write_jsonl(tmp_path / "app.log", [_native_row(i) for i in range(30, 60)])
+    before = {p: p.read_bytes() for p in (events, app)}
+    cases = {
+        "events.html": "events.json",  # the JSON beside the HTML is the input
+        "app.log": "app.log",  # the HTML is the input
+    }
+    for out, victim in cases.items():
+        result = _report([str(events), str(app), "-o", str(tmp_path / out)])
+        assert result.exit_code != 0, out
+        assert isinstance(result.exception, SystemExit), result.exception  # no traceback
+        assert victim in result.output and "choose another --out" in result.output
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.log", "events.json"]
+
+
+def test_output_inside_an_input_directory_or_json_named_is_refused(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _write_jsonl(logs / "log.jsonl", [_native_row(i) for i in range(30)])
+    result = _report([str(logs), "-o", str(logs / "sub" / "r.html")])
+    assert result.exit_code != 0 and isinstance(result.exception, SystemExit)
+    assert "inside the input directory" in result.output
+    assert "choose another --out" in result.output
+    result = _report([str(logs), "-o", str(tmp_path / "out" / "r.json")])
+    assert result.exit_code != 0 and isinstance(result.exception, SystemExit)
+    assert "r.json" in result.output and "choose another --out" in result.output
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "logs",
+        "logs/log.jsonl",
+    ]
+
+
+def test_report_write_checks_its_inputs(tmp_path: Path) -> None:
+    from logs_analysis.report import Report
+
+    log = _write_jsonl(tmp_path / "log.json", [_native_row(0)])
+    report = Report(
+        data={"inputs": {"paths": [str(log)], "sources": [{"path": str(log)}]}}, figures={}
+    )
+    with pytest.raises(OutputError, match=r"log\.json.*choose another --out"):
+        report.write(tmp_path / "log.html")  # its JSON would replace the input
+    assert log.read_text().count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.json"]
+
+
+def test_check_output_paths(tmp_path: Path) -> None:
+    from logs_analysis.report import check_output_paths
+
+    (tmp_path / "in").mkdir()
+    log = tmp_path / "in" / "a.jsonl"
+    log.write_text("{}\n")
+    assert check_output_paths(tmp_path / "r.html", [tmp_path / "in"], [log]) == (
+        tmp_path / "r.html",
+        tmp_path / "r.json",
+    )
+    with pytest.raises(OutputError, match="both be"):
+        check_output_paths(tmp_path / "r.json")
+    with pytest.raises(OutputError, match="inside the input directory"):
+        check_output_paths(tmp_path / "in" / "r.html", [tmp_path / "in"], [log])
+    with pytest.raises(OutputError, match="overwrite the input log"):
+        check_output_paths(tmp_path / "in" / "a.jsonl", [log], [log])
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+NASTY = ["etl_${ENV}_$(date +%F)", "price $\\foo$ job", "map at $\\bar{$:1", "Main$$anon$1"]
+
+
+def test_figures_draw_names_with_dollars(tmp_path: Path) -> None:
+    from logs_analysis import plots
+
+    lo = np.linspace(-3, 2, 50)
+    counts = np.ones(50)
+    series = [(name, lo, counts) for name in NASTY]
+    q = {"p5": 1e-3, "p25": 1e-2, "p50": 1e-1, "p75": 1.0, "p95": 10.0}
+    uris = [
+        plots.density_by_group(series, "t", "x"),
+        plots.quantile_ranges([(name, q) for name in NASTY], "t", "x"),
+        plots.shape_histograms([("a", "x", series), ("b", "y", series)]),
+        plots.skew_curve([(name, [1e-3, 0.1, 1.0], [0.5, 0.9, 1.0]) for name in NASTY]),
+        plots.savings_by_kind({"lightgbm": {name: 0.1 for name in NASTY}}, 0.05),
+    ]
+    assert all(u.startswith("data:image/png;base64,") for u in uris)
+
+
+def test_labels_are_shown_literally() -> None:
+    from matplotlib.text import Text
+
+    from logs_analysis.plots import _short
+
+    for name in NASTY:
+        text = Text(text=_short(name, 100))
+        shown, math = text._preprocess_math(text.get_text())
+        assert not math and shown == name
+
+
+# ----------------------------------------------------------------------------- histograms
+
+
+def test_sizes_above_a_terabyte_keep_their_quantiles() -> None:
+    from logs_analysis.histogram import bin_of, quantiles_from_counts
+
+    values = np.array([2.2e12, 2.2e12, 5e15, 9.2e18])
+    bins = np.unique(bin_of(values), return_counts=True)
+    p50, p99 = quantiles_from_counts(bins[0], bins[1], [0.5, 0.99])
+    assert 2.2e12 / 1.05 < 10**p50 < 2.2e12 * 1.05
+    assert 9.2e18 / 1.05 < 10**p99 < 9.2e18 * 1.05
+
+
+def test_outside_range_counts_values_beyond_the_bins() -> None:
+    from logs_analysis.histogram import outside_range
+
+    assert outside_range(np.array([2.2e12, 9.2e18, 1e-29])) == 0
+    assert outside_range(np.array([0.0, 1.0, 1e-31, 1e20, np.inf])) == 3
+
+
+def test_values_outside_the_histogram_range_are_reported(tmp_path: Path) -> None:
+    from logs_analysis.aggregate import aggregate
+    from logs_analysis.formats import discover as find
+    from logs_analysis.readers import plan
+
+    rows = [_native_row(i) for i in range(5)]
+    rows.append(_native_row(5, deleted_at=1e25))  # a lifetime of 1e25 s: beyond 1e19
+    path = _write_jsonl(tmp_path / "log.jsonl", rows)
+    chunks, _ = plan(find([path])[0])
+    agg = aggregate(chunks)
+    assert agg.totals["outside_range_lifetime"] == 1
+    assert agg.totals["outside_range_size"] == 0
+
+
+# ----------------------------------------------------------------------------- darshan
+
+
+def test_truncated_darshan_log_says_so_quietly(
+    darshan_log: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from logs_analysis.readers.darshan import read_darshan
+
+    torn = tmp_path / "torn.darshan"
+    torn.write_bytes(darshan_log.read_bytes()[:3000])
+    result = read_darshan(torn)
+    assert result.table.num_rows == 0
+    (example,) = result.issues.examples
+    assert example.detail.startswith("damaged or truncated Darshan log")
+    assert "Error:" in example.detail  # the parser's own message, quoted
+    err = capfd.readouterr().err
+    assert "Error:" not in err and "Unlinking" not in err and "double free" not in err
