@@ -117,6 +117,26 @@ def with_derived(table: pa.Table) -> pa.Table:
     return table
 
 
+def _declared_version(value: bytes | None) -> int | None:
+    """The schema version a table's metadata declares (``None`` if it declares none).
+
+    Raises
+    ------
+    SchemaError
+        If the metadata value is not a whole number.
+    """
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SchemaError(
+            f"log metadata {SCHEMA_VERSION_KEY.decode()!r} is {value!r}, not a schema version "
+            "number; rewrite the file with that key set to the whole number of the version "
+            f"its columns follow (such as {str(SCHEMA_VERSION).encode()!r}), or without it"
+        ) from None
+
+
 def conform(table: pa.Table) -> pa.Table:
     """Check ``table`` against :data:`SCHEMA` and cast it to the schema's types.
 
@@ -126,13 +146,14 @@ def conform(table: pa.Table) -> pa.Table:
     ------
     SchemaError
         If a required column is missing, a column cannot be cast, or the table
-        declares a newer schema version than this code reads.
+        declares a newer schema version than this code reads or a version that is not a
+        number.
     """
     meta = table.schema.metadata or {}
-    version = meta.get(SCHEMA_VERSION_KEY)
-    if version is not None and int(version) > SCHEMA_VERSION:
+    version = _declared_version(meta.get(SCHEMA_VERSION_KEY))
+    if version is not None and version > SCHEMA_VERSION:
         raise SchemaError(
-            f"log schema version {int(version)} is newer than this dataplane reads "
+            f"log schema version {version} is newer than this dataplane reads "
             f"({SCHEMA_VERSION}); upgrade dataplane to read it"
         )
     missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]

@@ -16,8 +16,10 @@ Before each run the driver computes the optimized task graph and tells the worke
 partitions, number of tasks of each stage and the stage of each P2P shuffle, so each
 file's creation-time facts are filled in.
 
-Output of :func:`collect`: ``<out_dir>/io_log.parquet`` (every row, log schema) and
-``<out_dir>/summary.json`` (rows, bytes, operations and density spread per pipeline).
+Output of :func:`collect`: ``<out_dir>/io_log.parquet`` (every row of the runs that
+finished whole, log schema; a failed run, or one during which a worker left, is partial
+and left out) and ``<out_dir>/summary.json`` (rows, bytes, operations and density spread
+per pipeline, and the rows left out per run).
 """
 
 from __future__ import annotations
@@ -28,17 +30,20 @@ import logging
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from placement.errors import PlacementError
 from placement.logwriter import read_logs
@@ -400,6 +405,13 @@ SAMPLE = np.dtype([("x", "<f4", (IMAGE_SIDE * IMAGE_SIDE,)), ("y", "<i8")])
 LEARNING_RATE = 0.5
 
 
+#: Seconds a task may wait for a worker it may run on (a shard reader pinned to a worker
+#: that has left) before the scheduler fails it (``distributed.scheduler.no-workers-timeout``).
+NO_WORKERS_TIMEOUT_S = 60.0
+#: Seconds :func:`_gather_shards` waits for the other shard writers once one has failed.
+SHARD_WAIT_S = 2 * NO_WORKERS_TIMEOUT_S
+
+
 @dataclass(frozen=True)
 class ImagePart:
     """Recipe of one partition of generated grey images (runs on the worker)."""
@@ -470,9 +482,66 @@ def train_shard(ref: Any, weights: np.ndarray, batch_size: int, seed: int) -> np
     return w
 
 
-def _pinned(client: Any, fn: Callable[..., Any], ref: Any, *args: Any) -> Any:
-    """Submit ``fn(ref, *args)`` to the worker that holds shard ``ref``, and only there."""
-    return client.submit(fn, ref, *args, workers=[ref.worker], allow_other_workers=False, pure=False)
+def _worker_addresses(client: Any) -> set[str]:
+    """Addresses of the workers the scheduler has now."""
+    return set(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def _pinned(
+    client: Any,
+    fn: Callable[..., Any],
+    ref: Any,
+    *args: Any,
+    workers: Collection[str] | None = None,
+) -> Any:
+    """Submit ``fn(ref, *args)`` to the worker that holds shard ``ref``, and only there.
+
+    A task pinned to a worker that has left never runs (a restarted worker has a new
+    address), so the worker is checked first: ``workers`` are the addresses alive now
+    (asked from the scheduler when not given). If the worker leaves after the task is
+    submitted, the scheduler fails the task after :data:`NO_WORKERS_TIMEOUT_S` seconds
+    (``distributed.scheduler.no-workers-timeout``, set by :func:`dask_settings`).
+
+    Raises
+    ------
+    ShardError
+        If ``ref``'s worker is not among the workers alive.
+    """
+    from placement.storage.errors import ShardError
+
+    alive = _worker_addresses(client) if workers is None else workers
+    if ref.worker not in alive:
+        raise ShardError(
+            f"cache shard {ref.name!r} lives on worker {ref.worker}, which has left the "
+            f"cluster (workers now: {sorted(alive)}); its shards went with it: rebuild the "
+            "cache (run the pipeline again)"
+        )
+    return client.submit(
+        fn, ref, *args, workers=[ref.worker], allow_other_workers=False, pure=False
+    )
+
+
+def _gather_shards(client: Any, futures: Sequence[Any], refs: list[Any]) -> None:
+    """Put the :class:`~placement.storage.ShardRef` results of ``futures`` in ``refs``.
+
+    If a future fails, the others are waited for (up to :data:`SHARD_WAIT_S` seconds;
+    not after an interrupt) and the refs of those that finished are put in ``refs``
+    before the error is raised, so the caller's :func:`_live_shards` drops their shards
+    instead of leaving them alive until the cluster closes.
+    """
+    from distributed import wait
+
+    try:
+        refs[:] = client.gather(futures)
+    except BaseException as exc:
+        try:
+            if isinstance(exc, Exception):
+                with contextlib.suppress(TimeoutError):
+                    wait(futures, timeout=SHARD_WAIT_S)
+            refs[:] = client.gather([f for f in futures if f.status == "finished"])
+        except Exception as again:  # noqa: BLE001 - the first error is the one reported
+            logger.warning("collecting the cache shards written before a failure failed: %s", again)
+        raise
 
 
 @contextlib.contextmanager
@@ -490,11 +559,27 @@ def _live_shards(client: Any) -> Iterator[list[Any]]:
 
 def _drop_shards(client: Any, refs: Sequence[Any], *, cleanup: bool = False) -> None:
     """Drop the shards ``refs`` on their workers. ``cleanup=True`` (after a failed run)
-    logs a failure instead of raising it, so the run's own error is the one reported."""
+    logs a failure instead of raising it, so the run's own error is the one reported.
+
+    Shards of a worker that has left are skipped: they are gone with it. Their files are
+    not deleted by the store (no log row); the store of the worker that replaces it
+    removes the dead store's directory
+    (:meth:`~placement.storage.TieredFileStore.cleanup_orphans`).
+    """
     from placement.storage.shards import drop_shard
 
     try:
-        client.gather([_pinned(client, drop_shard, r) for r in refs])
+        alive = _worker_addresses(client)
+        gone = [r for r in refs if r.worker not in alive]
+        if gone:
+            logger.warning(
+                "%d cache shard(s) were on worker(s) %s, which left the cluster; they are gone",
+                len(gone),
+                sorted({r.worker for r in gone}),
+            )
+        client.gather(
+            [_pinned(client, drop_shard, r, workers=alive) for r in refs if r.worker in alive]
+        )
     except Exception:
         if not cleanup:
             raise
@@ -528,11 +613,17 @@ def _plan_augment_cache(spec: WorkloadSpec) -> Plan:
                     _drop_shards(client, refs)
                     names = [f"aug-{token}-e{epoch}-{i}" for i in range(n)]
                     seeds = [spec.seed * 1_000_003 + epoch * n + i for i in range(n)]
-                    refs[:] = client.gather(
-                        client.map(augment_shard, raw, names, seeds, n_shards=n, pure=False)
+                    refs.clear()  # dropped: a failure below must not drop them again
+                    _gather_shards(
+                        client,
+                        client.map(augment_shard, raw, names, seeds, n_shards=n, pure=False),
+                        refs,
                     )
+                alive = _worker_addresses(client)
                 futures = [
-                    _pinned(client, train_shard, r, weights, batch_size, epoch * n + i)
+                    _pinned(
+                        client, train_shard, r, weights, batch_size, epoch * n + i, workers=alive
+                    )
                     for i, r in enumerate(refs)
                 ]
                 weights = np.mean(client.gather(futures), axis=0)
@@ -600,16 +691,22 @@ def _plan_feature_cache(spec: WorkloadSpec) -> Plan:
         frames = client.map(make_frame, parts, pure=False)
         names = [f"feat-{token}-{i}" for i in range(n)]
         with _live_shards(client) as refs:
-            refs[:] = client.gather(
+            _gather_shards(
+                client,
                 client.map(
                     feature_shard, frames, names, n_keys=spec.n_keys, n_shards=n, pure=False
-                )
+                ),
+                refs,
             )
             del frames
             centroids = _pinned(client, shard_head, refs[0], k).result().astype(np.float64)
             for _ in range(max_iter):
+                alive = _worker_addresses(client)
                 partials = client.gather(
-                    [_pinned(client, kmeans_partial, r, centroids, chunk_rows) for r in refs]
+                    [
+                        _pinned(client, kmeans_partial, r, centroids, chunk_rows, workers=alive)
+                        for r in refs
+                    ]
                 )
                 sums = sum(p[0] for p in partials)
                 counts = sum(p[1] for p in partials)
@@ -718,23 +815,92 @@ class GraphFacts:
 _BARRIER = "shuffle-barrier-"
 
 
-def graph_facts(collections: Iterable[Any], operator: str, *, first: int = 0) -> GraphFacts:
+@dataclass
+class StageKeys:
+    """The task keys of each stage (:func:`dask.utils.key_split`) in a run's graphs so far.
+
+    ``tasks`` holds the keys of tasks that compute or hold data (persisted data are
+    futures), ``aliases`` those of tasks that only give another task's output a new name
+    (``dask._task_spec.Alias``: a persisted collection's own keys, a layer's output name).
+    """
+
+    tasks: dict[str, set[Any]] = field(default_factory=dict)
+    aliases: dict[str, set[Any]] = field(default_factory=dict)
+
+    def add(self, key: Any, alias: bool) -> bool:
+        """Record ``key``; ``False`` if it was already recorded (as the same kind)."""
+        from dask.utils import key_split
+
+        stage = key_split(key)
+        keys = (self.aliases if alias else self.tasks).setdefault(stage, set())
+        if key in keys:
+            return False
+        keys.add(key)
+        return True
+
+    def counts(self) -> dict[str, int]:
+        """Tasks of each stage: its computing tasks, or its aliases if it has no other."""
+        return {
+            stage: len(self.tasks.get(stage, ())) or len(self.aliases.get(stage, ()))
+            for stage in {**self.tasks, **self.aliases}
+        }
+
+
+def _is_alias(task: Any) -> bool:
+    try:
+        from dask._task_spec import Alias
+    except ImportError:  # a Dask without task-spec aliases
+        return False
+    return isinstance(task, Alias)
+
+
+def graph_facts(
+    collections: Iterable[Any],
+    operator: str,
+    *,
+    first: int = 0,
+    seen: StageKeys | None = None,
+) -> GraphFacts:
     """Count tasks per stage and name each P2P shuffle of ``collections``' optimized graphs.
 
+    A task key is counted once however many graphs hold it: queries reading one persisted
+    collection all hold its keys, and its stage has as many tasks as it has partitions.
+    Aliases (tasks that only rename another task's output) count only for a stage that
+    has no other task, so a stage is not counted twice for the name its output gets.
     Shuffles are named ``<operator>-p2p<i>`` in graph order starting at ``first``, so the
     same pipeline names its shuffles the same way in every run.
+
+    Parameters
+    ----------
+    collections : iterable of Dask collections
+        The graphs of one phase of a run (a persisted collection, or the queries on it).
+    operator : str
+        Operator kind of the run, the prefix of the shuffle names.
+    first : int
+        Index of the first shuffle named here (the number named by earlier calls).
+    seen : StageKeys, optional
+        Task keys counted by earlier calls for the same run; updated in place. Keys
+        already in it are not counted again (nor their shuffles renamed), and
+        ``stage_tasks`` then covers the stages of the earlier calls too: the later
+        phase's facts add to the earlier ones instead of replacing them.
+
+    Returns
+    -------
+    GraphFacts
+        Distinct tasks per stage (with ``seen``: over every call of the run), and the
+        names and input partitions of the shuffles first seen here.
     """
     from dask.base import collections_to_expr
-    from dask.utils import key_split
 
-    stage_tasks: Counter[str] = Counter()
+    stage_keys = StageKeys() if seen is None else seen
     barriers: list[tuple[int, int, str]] = []
     transfers: Counter[str] = Counter()
     for gi, coll in enumerate(collections):
         graph = dict(collections_to_expr([coll], True).optimize().__dask_graph__())
-        for position, key in enumerate(graph):
+        for position, (key, task) in enumerate(graph.items()):
+            if not stage_keys.add(key, _is_alias(task)):
+                continue
             name = key[0] if isinstance(key, tuple) else key
-            stage_tasks[key_split(key)] += 1
             if not isinstance(name, str):
                 continue
             if name.startswith(_BARRIER):
@@ -746,13 +912,17 @@ def graph_facts(collections: Iterable[Any], operator: str, *, first: int = 0) ->
         sid: f"{operator}-p2p{i}" for i, (_, _, sid) in enumerate(sorted(barriers), first)
     }
     shuffle_inputs = {sid: transfers[sid] for sid in shuffle_stages if transfers[sid]}
-    return GraphFacts(dict(stage_tasks), shuffle_stages, shuffle_inputs)
+    return GraphFacts(stage_keys.counts(), shuffle_stages, shuffle_inputs)
 
 
 # ---------------------------------------------------------------------- running
 @dataclass
 class RunResult:
-    """Outcome of one run of one workload."""
+    """Outcome of one run of one workload.
+
+    ``ok`` is true when the pipeline finished and no worker left the cluster during the
+    run (its rows are whole); otherwise ``error`` says what went wrong.
+    """
 
     pipeline: str
     size: str
@@ -780,16 +950,17 @@ class CollectOptions:
     n_workers : int
         Worker processes (one thread each).
     memory_limit : str
-        Memory limit of each worker.
+        Memory limit of each worker (bytes, such as ``"1GiB"``; more than 0).
     target_fraction : float
         ``distributed.worker.memory.target``: managed memory fraction above which
-        workers spill (small, so the runs spill).
+        workers spill (small, so the runs spill): a worker spills once it holds more
+        than ``memory_limit * target_fraction`` bytes.
     tier : Tier
         Tier every file is placed on while collecting (the all-HDD baseline by default).
     scratch_dir : str, optional
         Parent of the tier directories (default: a fresh temporary directory, removed after).
     settle_timeout_s : float
-        Seconds to wait after a run for its files to be deleted.
+        Seconds (0 or more) to wait after a run for its files to be deleted.
     """
 
     pipelines: Sequence[str] = tuple(WORKLOADS)
@@ -803,6 +974,12 @@ class CollectOptions:
     settle_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
+        for name in ("pipelines", "sizes", "seeds"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+                raise WorkloadError(
+                    f"{name}={value!r} must be a list of values, such as {name}=[{value!r}]"
+                )
         unknown = [p for p in self.pipelines if p not in WORKLOADS]
         if unknown or not self.pipelines:
             raise WorkloadError(
@@ -813,12 +990,28 @@ class CollectOptions:
             raise WorkloadError(
                 f"unknown size(s) {bad_sizes or '(none given)'}; choose from {sorted(SIZES)}"
             )
-        if not self.seeds or any(not isinstance(s, int) or s < 0 for s in self.seeds):
-            raise WorkloadError(f"seeds={list(self.seeds)} must be non-negative ints")
-        if not isinstance(self.n_workers, int) or self.n_workers < 1:
-            raise WorkloadError(f"n_workers={self.n_workers!r} must be a positive int")
-        if not 0 < self.target_fraction < 1:
-            raise WorkloadError(f"target_fraction={self.target_fraction!r} must be between 0 and 1")
+        if not self.seeds or any(not _is_int(s) or s < 0 for s in self.seeds):
+            raise WorkloadError(
+                f"seeds={list(self.seeds)!r} must be non-negative ints (not bools), such as [0, 1]"
+            )
+        if not _is_int(self.n_workers) or self.n_workers < 1:
+            raise WorkloadError(
+                f"n_workers={self.n_workers!r} must be a positive int (not a bool), such as 2"
+            )
+        if not _is_real(self.target_fraction) or not 0 < self.target_fraction < 1:
+            raise WorkloadError(
+                f"target_fraction={self.target_fraction!r} must be a number between 0 and 1, "
+                "such as 0.025"
+            )
+        if (
+            not _is_real(self.settle_timeout_s)
+            or not math.isfinite(self.settle_timeout_s)
+            or self.settle_timeout_s < 0
+        ):
+            raise WorkloadError(
+                f"settle_timeout_s={self.settle_timeout_s!r} must be a number of seconds, 0 or "
+                "more, such as 30.0"
+            )
         try:
             Tier(self.tier)
         except ValueError:
@@ -828,20 +1021,45 @@ class CollectOptions:
         from dask.utils import parse_bytes
 
         try:
-            parse_bytes(self.memory_limit)
+            limit = parse_bytes(self.memory_limit)
         except (ValueError, TypeError):
             raise WorkloadError(
                 f"memory_limit={self.memory_limit!r} is not a size such as '1GiB'"
             ) from None
+        if limit <= 0:
+            raise WorkloadError(
+                f"memory_limit={self.memory_limit!r} gives no limit, so nothing would spill; "
+                "give a size above 0, such as '1GiB'"
+            )
+
+    @property
+    def spill_threshold_bytes(self) -> int:
+        """Bytes a worker holds before it spills: ``memory_limit * target_fraction``."""
+        from dask.utils import parse_bytes
+
+        return int(parse_bytes(self.memory_limit) * self.target_fraction)
 
     def runs(self) -> list[tuple[str, str, int]]:
         """Every (pipeline, size, seed) in run order."""
         return [(p, s, seed) for s in self.sizes for seed in self.seeds for p in self.pipelines]
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def dask_settings(target_fraction: float) -> dict[str, Any]:
     """Dask config of the suite: P2P shuffles and rechunks, tight managed memory."""
-    return {**spill_heavy_settings(target_fraction), "distributed.admin.low-level-log-length": 100}
+    return {
+        **spill_heavy_settings(target_fraction),
+        "distributed.admin.low-level-log-length": 100,
+        # a task pinned to a worker that has left fails instead of waiting forever
+        "distributed.scheduler.no-workers-timeout": f"{NO_WORKERS_TIMEOUT_S}s",
+    }
 
 
 def run_workload(
@@ -850,13 +1068,17 @@ def run_workload(
     """Run one workload on ``client``'s cluster with its context set on every worker.
 
     Waits (up to ``settle_timeout_s`` seconds) until every temporary file of the run is
-    deleted, so its rows are logged. Returns a :class:`RunResult`; a failing pipeline is
-    reported (``ok=False``), not raised.
+    deleted, so its rows are logged, then has every worker write its buffered rows.
+    Returns a :class:`RunResult`; a failing pipeline is reported (``ok=False``), not
+    raised. So is a run during which a worker left the cluster (killed, or restarted by
+    its nanny): the rows that worker had not yet written, and the rows of its live
+    files, are lost, so the run's rows are incomplete.
     """
-    from placement.storage import set_run_context, worker_storage_state
+    from placement.storage import flush_worker_logs, set_run_context, worker_storage_state
 
     run_id = f"{workload.name}-{spec.size.name}-s{spec.seed}-{uuid.uuid4().hex[:6]}"
     start = time.perf_counter()
+    workers = _worker_addresses(client)
     ok, error = True, None
     try:
         _execute(client, workload, spec, run_id)
@@ -865,13 +1087,23 @@ def run_workload(
         logger.warning("workload %s failed: %s", run_id, error)
     deadline = time.monotonic() + settle_timeout_s
     while time.monotonic() < deadline:
-        states = client.run(worker_storage_state)
-        if all(s["live_files"] == 0 for s in states.values()):
+        # a worker leaving during the call answers with its error: it is reported below
+        states = client.run(worker_storage_state, on_error="return")
+        if all(isinstance(s, dict) and s["live_files"] == 0 for s in states.values()):
             break
         time.sleep(0.1)
     else:
         logger.warning("run %s: temporary files still alive after %.0f s", run_id, settle_timeout_s)
     client.run(set_run_context, None)
+    client.run(flush_worker_logs)
+    left = sorted(workers - _worker_addresses(client))
+    if left:
+        lost = (
+            f"worker(s) {', '.join(left)} left the cluster during the run; the log rows they "
+            "held and those of their live files are lost, so the run's rows are incomplete"
+        )
+        ok, error = False, lost if error is None else f"{lost}; {error}"
+        logger.warning("run %s: %s", run_id, lost)
     return RunResult(
         workload.name, spec.size.name, spec.seed, run_id, time.perf_counter() - start, ok, error
     )
@@ -886,10 +1118,11 @@ def _execute(client: Any, workload: Workload, spec: WorkloadSpec, run_id: str) -
     plan = workload.plan(spec)
     known: dict[str, str] = {}
     inputs: dict[str, int] = {}
+    stage_keys = StageKeys()  # every phase's task keys: counts add up, not replace
 
     def tell_workers(collections: Sequence[Any]) -> None:
         if collections:
-            facts = graph_facts(collections, workload.operator, first=len(known))
+            facts = graph_facts(collections, workload.operator, first=len(known), seen=stage_keys)
         else:
             facts = GraphFacts(dict(plan.stage_tasks), {}, {})
         known.update(facts.shuffle_stages)
@@ -934,18 +1167,58 @@ def collect(
     """Run the suite and write ``io_log.parquet`` and ``summary.json`` to ``out_dir``.
 
     Existing files in ``out_dir`` other than those two are left alone; the two are
-    replaced only once the new ones are complete. While the suite runs, each finished
-    run's log rows are flushed to a hidden ``.parts-*`` directory of ``out_dir``, which
-    readers of ``out_dir`` skip (:func:`placement.logwriter.log_files`). If the
-    collection is interrupted or fails, that directory is kept and the exception gets a
-    note naming it: its logs are whole runs, readable by every placement command.
+    replaced only once the new ones are complete. ``io_log.parquet`` holds the rows of
+    the runs that finished whole (``ok``): the rows of failed runs and of runs during
+    which a worker left are partial, so they are dropped, with a warning, and counted
+    per run id in the summary's ``dropped_rows``.
+
+    While the suite runs, each finished run's log rows are flushed to a hidden
+    ``.parts-*`` directory of ``out_dir``, which readers of ``out_dir`` skip
+    (:func:`placement.logwriter.log_files`). If the collection is interrupted (Ctrl-C,
+    or SIGTERM, which raises :class:`SystemExit` while this runs in the main thread) or
+    fails, that directory is kept and the exception gets a note naming it: its logs
+    hold the rows of the runs that finished whole, readable by every placement command.
+    The rows of the run that was stopped and of failed runs are moved to its hidden
+    ``.incomplete`` subdirectory, which readers of the directory skip as well.
 
     Returns
     -------
     dict
         The summary also written to ``summary.json``.
+
+    Raises
+    ------
+    PlacementError
+        If no run left a log row (the error says why).
     """
+    options = options or CollectOptions()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    parts_dir = out / f".parts-{uuid.uuid4().hex[:8]}"
+    results: list[RunResult] = []
+    with _sigterm_raises():
+        scratch = Path(tempfile.mkdtemp(prefix="placement-collect-", dir=options.scratch_dir))
+        try:
+            return _collect(out, options, parts_dir, scratch, results, progress, on_run)
+        except BaseException as exc:
+            _note_kept_parts(exc, parts_dir, results)
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _collect(
+    out: Path,
+    options: CollectOptions,
+    parts_dir: Path,
+    scratch: Path,
+    results: list[RunResult],
+    progress: bool,
+    on_run: Callable[[RunResult], None] | None,
+) -> dict[str, Any]:
+    """The body of :func:`collect`; appends each finished run to ``results``."""
     import dask
+    import pyarrow.parquet as pq
     from distributed import Client, LocalCluster
     from tqdm.auto import tqdm
 
@@ -956,95 +1229,192 @@ def collect(
         tiered_spill_buffer,
     )
 
-    options = options or CollectOptions()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    parts_dir = out / f".parts-{uuid.uuid4().hex[:8]}"
-    scratch_parent = options.scratch_dir
-    scratch = Path(tempfile.mkdtemp(prefix="placement-collect-", dir=scratch_parent))
-    results: list[RunResult] = []
     started = time.perf_counter()
-    try:
-        spill_kwargs = {
-            "ssd_dir": str(scratch / "ssd"),
-            "hdd_dir": str(scratch / "hdd"),
-            "log_dir": str(parts_dir),
-            "chooser": FixedTier(Tier(options.tier)),
-            "memory_limit": options.memory_limit,
-            "log_max_interval_s": 3600.0,
-            "log_max_rows": 50_000,
-        }
-        with (
-            dask.config.set(dask_settings(options.target_fraction)),
-            LocalCluster(
-                n_workers=options.n_workers,
-                threads_per_worker=1,
-                processes=True,
-                memory_limit=options.memory_limit,
-                dashboard_address=None,
-                local_directory=str(scratch / "dask"),
-                data=(tiered_spill_buffer, spill_kwargs),
-            ) as cluster,
-            Client(cluster) as client,
-        ):
-            client.register_plugin(PlacementWorkerPlugin(flush_interval_s=3600.0))
-            runs = options.runs()
-            bar = tqdm(runs, desc="placement collect", unit="run", disable=not progress)
-            for name, size, seed in bar:
-                bar.set_postfix_str(f"{name}/{size}/s{seed}")
-                spec = WorkloadSpec(SIZES[size], seed, options.n_workers)
-                result = run_workload(
-                    client, WORKLOADS[name], spec, settle_timeout_s=options.settle_timeout_s
-                )
-                client.run(flush_worker_logs)
-                results.append(result)
-                if on_run is not None:
-                    on_run(result)
-            client.run(flush_worker_logs)
-        logs = read_logs(parts_dir) if parts_dir.exists() else None
-        table = logs.table if logs is not None else None
-        if table is None or table.num_rows == 0:
-            raise PlacementError(
-                f"the suite produced no log rows in {parts_dir}; check the workers' logs "
-                "(runs: " + ", ".join(f"{r.run_id}: {r.error or 'ok'}" for r in results) + ")"
+    spill_kwargs = {
+        "ssd_dir": str(scratch / "ssd"),
+        "hdd_dir": str(scratch / "hdd"),
+        "log_dir": str(parts_dir),
+        "chooser": FixedTier(Tier(options.tier)),
+        "memory_limit": options.memory_limit,
+        "log_max_interval_s": 3600.0,
+        "log_max_rows": 50_000,
+    }
+    with (
+        dask.config.set(dask_settings(options.target_fraction)),
+        LocalCluster(
+            n_workers=options.n_workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=options.memory_limit,
+            dashboard_address=None,
+            local_directory=str(scratch / "dask"),
+            data=(tiered_spill_buffer, spill_kwargs),
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.register_plugin(PlacementWorkerPlugin(flush_interval_s=3600.0))
+        runs = options.runs()
+        bar = tqdm(runs, desc="placement collect", unit="run", disable=not progress)
+        for name, size, seed in bar:
+            bar.set_postfix_str(f"{name}/{size}/s{seed}")
+            spec = WorkloadSpec(SIZES[size], seed, options.n_workers)
+            result = run_workload(
+                client, WORKLOADS[name], spec, settle_timeout_s=options.settle_timeout_s
             )
-        import pyarrow.parquet as pq
+            results.append(result)
+            if on_run is not None:
+                on_run(result)
+        client.run(flush_worker_logs)
+    logs = read_logs(parts_dir) if parts_dir.exists() else None
+    table = logs.table if logs is not None else None
+    dropped: Counter[str] = Counter()
+    if table is not None:
+        keep = _whole_run_rows(table, {r.run_id for r in results if r.ok})
+        dropped = _rows_per_run(table.filter(pc.invert(keep)))
+        table = table.filter(keep)
+    if dropped:
+        logger.warning(
+            "dropped %d log row(s) of runs that failed or lost a worker (rows per run: %s); "
+            "io_log.parquet holds whole runs only",
+            sum(dropped.values()),
+            dict(dropped),
+        )
+    if table is None or table.num_rows == 0:
+        raise PlacementError(_no_rows_message(options, parts_dir, results, dropped))
 
-        tmp = out / f".{LOG_FILE}.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, out / LOG_FILE)
-        summary = summarize(table.to_pandas(), results)
-        summary["settings"] = {
-            **{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
-            "tier": Tier(options.tier).value,
-        }
-        summary["wall_s"] = round(time.perf_counter() - started, 1)
-        summary["bad_log_files"] = [str(p) for p, _ in logs.bad_files] if logs else []
-        tmp_json = out / f".{SUMMARY_FILE}.tmp"
-        tmp_json.write_text(json.dumps(summary, indent=2, default=str))
-        os.replace(tmp_json, out / SUMMARY_FILE)
-        shutil.rmtree(parts_dir, ignore_errors=True)
-        return summary
-    except BaseException as exc:
-        _note_kept_parts(exc, parts_dir, results)
-        raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    tmp = out / f".{LOG_FILE}.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, out / LOG_FILE)
+    summary = summarize(table.to_pandas(), results)
+    summary["dropped_rows"] = dict(dropped)
+    summary["settings"] = {
+        **{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
+        "tier": Tier(options.tier).value,
+    }
+    summary["wall_s"] = round(time.perf_counter() - started, 1)
+    summary["bad_log_files"] = [str(p) for p, _ in logs.bad_files] if logs else []
+    tmp_json = out / f".{SUMMARY_FILE}.tmp"
+    tmp_json.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp_json, out / SUMMARY_FILE)
+    shutil.rmtree(parts_dir, ignore_errors=True)
+    return summary
+
+
+def _no_rows_message(
+    options: CollectOptions, parts_dir: Path, results: Sequence[RunResult], dropped: Counter[str]
+) -> str:
+    """Why a collection left no log row, and what to change."""
+    if results and all(r.ok for r in results):
+        return (
+            f"the suite produced no log rows in {parts_dir}: every run finished, but no "
+            "worker wrote a temporary file. The pipelines run "
+            f"({', '.join(dict.fromkeys(options.pipelines))}) wrote no shuffle, rechunk or "
+            "cache-shard file, and no worker reached its spill threshold of "
+            f"{options.spill_threshold_bytes} bytes (memory_limit {options.memory_limit!r} x "
+            f"target_fraction {options.target_fraction}). Lower --target-fraction or "
+            "--memory-limit, or add larger --sizes"
+        )
+    lost = f"; {sum(dropped.values())} row(s) of failed runs were dropped" if dropped else ""
+    return (
+        f"the suite produced no log rows of a run that finished whole in {parts_dir}{lost}; "
+        "check the workers' logs (runs: "
+        + ", ".join(f"{r.run_id}: {r.error or 'ok'}" for r in results)
+        + ")"
+    )
+
+
+def _whole_run_rows(table: Any, run_ids: Collection[str]) -> Any:
+    """Boolean mask of the rows of ``table`` whose ``run_id`` is one of ``run_ids``."""
+    import pyarrow as pa
+
+    inside = pc.is_in(table["run_id"], value_set=pa.array(sorted(run_ids), pa.string()))
+    return pc.fill_null(inside, False)
+
+
+def _rows_per_run(table: Any) -> Counter[str]:
+    """Rows of ``table`` per run id (``"(no run)"`` for rows without one)."""
+    return Counter("(no run)" if r is None else str(r) for r in table["run_id"].to_pylist())
+
+
+#: Subdirectory of a kept ``.parts-*`` directory holding the rows of unfinished runs.
+INCOMPLETE_DIR = ".incomplete"
+
+
+def _set_apart_unfinished(parts_dir: Path, run_ids: Collection[str]) -> Counter[str]:
+    """Move the rows of ``parts_dir``'s log files that are not of ``run_ids`` to
+    ``parts_dir/.incomplete`` (which readers of ``parts_dir`` skip); return the rows
+    moved per run id. Each file is rewritten atomically; unreadable files are left."""
+    import pyarrow.parquet as pq
+
+    from placement.logwriter import log_files
+
+    moved: Counter[str] = Counter()
+    for path in log_files(parts_dir):
+        try:
+            table = pq.read_table(path)
+            keep = _whole_run_rows(table, run_ids)
+            n_keep = pc.sum(keep).as_py() or 0
+            if n_keep == table.num_rows:
+                continue
+            rest = table.filter(pc.invert(keep))
+            aside = parts_dir / INCOMPLETE_DIR / path.relative_to(parts_dir)
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(rest, aside.with_name(f".{aside.name}.tmp"))
+            os.replace(aside.with_name(f".{aside.name}.tmp"), aside)
+            if n_keep:
+                tmp = path.with_name(f".{path.name}.tmp")
+                pq.write_table(table.filter(keep), tmp)
+                os.replace(tmp, path)
+            else:
+                path.unlink()
+            moved.update(_rows_per_run(rest))
+        except Exception as exc:  # noqa: BLE001 - the collection's own error is the one raised
+            logger.warning("could not set apart the unfinished runs' rows of %s: %s", path, exc)
+    return moved
 
 
 def _note_kept_parts(exc: BaseException, parts_dir: Path, results: Sequence[RunResult]) -> None:
-    """Tell (in a note on ``exc`` and in the log) where the finished runs' logs were kept."""
+    """Keep only whole runs' rows in ``parts_dir`` (the rest go to its ``.incomplete``) and
+    tell (in a note on ``exc`` and in the log) where they are."""
     if not parts_dir.is_dir() or not any(parts_dir.rglob("*.parquet")):
         return
+    whole = [r for r in results if r.ok]
+    moved = _set_apart_unfinished(parts_dir, {r.run_id for r in whole})
     note = (
-        f"the logs of the {len(results)} run(s) finished before this are kept in {parts_dir}; "
+        f"the logs of the {len(whole)} run(s) finished before this are kept in {parts_dir}; "
         f"every placement command reads that directory (dataplane placement train {parts_dir} "
         "--out model/), and readers of its parent skip it"
     )
+    if moved:
+        note += (
+            f". The {sum(moved.values())} row(s) of runs stopped part way or failed (rows per "
+            f"run: {dict(moved)}) are set apart in {parts_dir / INCOMPLETE_DIR}, which those "
+            "readers skip too"
+        )
     add_note = getattr(exc, "add_note", None)  # Python >= 3.11; 3.10 gets the warning alone
     if add_note is not None:
         add_note(note)
     logger.warning("collection stopped: %s", note)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the block runs, SIGTERM raises ``SystemExit(143)`` (as Ctrl-C raises
+    :class:`KeyboardInterrupt`), so a collection stopped by ``kill`` or a batch scheduler
+    removes its scratch directory and keeps its finished runs. Only in the main thread
+    (where Python runs signal handlers); the previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _spread(values: np.ndarray) -> dict[str, float | None]:
@@ -1100,6 +1470,7 @@ __all__ = [
     "Plan",
     "RunResult",
     "Size",
+    "StageKeys",
     "Workload",
     "WorkloadError",
     "WorkloadSpec",

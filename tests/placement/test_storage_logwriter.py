@@ -219,6 +219,25 @@ def test_version_1_logs_read_with_the_spill_facts_they_lack_as_nulls(tmp_path: P
     assert len(bad) == 1 and "newer than this dataplane reads" in bad[0][1]
 
 
+def test_a_malformed_schema_version_is_a_schema_error_and_other_files_still_read(
+    tmp_path: Path,
+) -> None:
+    from placement.errors import SchemaError
+    from placement.schema import conform
+
+    with LogWriter(tmp_path) as w:
+        w.add(row(1))
+    table = pq.read_table(w.files[0])
+    garbage = table.replace_schema_metadata({SCHEMA_VERSION_KEY: b"v2"})
+    with pytest.raises(SchemaError, match=r"'dataplane.placement.schema_version' is b'v2'"):
+        conform(garbage)
+    pq.write_table(garbage, tmp_path / "garbage.parquet")
+    logs = read_logs(tmp_path)
+    assert logs.table.num_rows == 1
+    ((bad, reason),) = logs.bad_files
+    assert bad.name == "garbage.parquet" and "not a schema version number" in reason
+
+
 def test_options_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_rows"):
         LogWriter(tmp_path, max_rows=0)

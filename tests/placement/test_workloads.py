@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dask
 import numpy as np
@@ -14,18 +17,20 @@ from click.testing import CliRunner
 from placement.cli import placement_group
 from placement.schema import SCHEMA, SCHEMA_VERSION_KEY, conform
 from placement.workloads import (
+    SAMPLE,
     SIZES,
     WORKLOADS,
     CollectOptions,
-    SAMPLE,
     FramePart,
     ImagePart,
     Plan,
+    Size,
     WorkloadError,
     WorkloadSpec,
+    augment_images,
+    augment_shard,
     collect,
     dask_settings,
-    augment_images,
     graph_facts,
     make_frame,
     make_images,
@@ -47,6 +52,23 @@ def test_options_are_validated() -> None:
         CollectOptions(memory_limit="lots")
     with pytest.raises(WorkloadError, match="tier"):
         CollectOptions(tier="tape")  # type: ignore[arg-type]
+    # values that used to be accepted and failed late or changed the collection silently
+    with pytest.raises(WorkloadError, match=r"settle_timeout_s='30' must be a number"):
+        CollectOptions(settle_timeout_s="30")  # type: ignore[arg-type]
+    with pytest.raises(WorkloadError, match=r"settle_timeout_s=-5 must be .* 0 or more"):
+        CollectOptions(settle_timeout_s=-5)
+    with pytest.raises(WorkloadError, match=r"seeds=\[True\] must be non-negative ints"):
+        CollectOptions(seeds=[True])
+    with pytest.raises(WorkloadError, match="n_workers=True must be a positive int"):
+        CollectOptions(n_workers=True)
+    with pytest.raises(WorkloadError, match="memory_limit='0' gives no limit"):
+        CollectOptions(memory_limit="0")
+    with pytest.raises(WorkloadError, match=r"pipelines='merge' must be a list.*\['merge'\]"):
+        CollectOptions(pipelines="merge")
+    with pytest.raises(WorkloadError, match="target_fraction='0.1' must be a number"):
+        CollectOptions(target_fraction="0.1")  # type: ignore[arg-type]
+    assert CollectOptions(settle_timeout_s=0).settle_timeout_s == 0
+    assert CollectOptions(memory_limit="1000", target_fraction=0.5).spill_threshold_bytes == 500
     with pytest.raises(WorkloadError, match="either queries or drive"):
         Plan(None, 1, 1)
     with pytest.raises(WorkloadError, match="either queries or drive"):
@@ -193,6 +215,9 @@ def test_dropping_shards_after_a_failed_run_does_not_hide_the_run_error(
     from placement.workloads import _drop_shards, _live_shards
 
     class WorkerGone:  # injected fault: the shards' worker has died
+        def scheduler_info(self, **kwargs: object) -> dict:  # not yet removed from the cluster
+            return {"workers": {"tcp://w:1": {}}}
+
         def submit(self, *args: object, **kwargs: object) -> object:
             return object()
 
@@ -243,7 +268,7 @@ def test_an_interrupted_collection_keeps_finished_runs_apart_and_loses_nothing(
 def test_cli_collect_interrupted_prints_where_the_runs_are(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import placement.workloads as workloads
+    from placement import workloads
 
     def interrupted(*_args, **_kwargs):
         exc = KeyboardInterrupt()
@@ -254,3 +279,353 @@ def test_cli_collect_interrupted_prints_where_the_runs_are(
     res = CliRunner().invoke(placement_group, ["collect", str(tmp_path), "--no-progress"])
     assert res.exit_code == 1
     assert "kept in X/.parts-1" in res.output and "Aborted!" in res.output
+
+
+# ---------------------------------------------------------------------- failure handling
+#: A size far below "small", so runs on in-process clusters take a second or two.
+TINY = Size("tiny", partitions=4, rows=2_000, array_side=200, records=800)
+
+
+@pytest.fixture
+def inproc(tmp_path: Path) -> Iterator[Any]:
+    """An in-process cluster of two one-thread workers with placement storage (shard
+    files and their log rows; P2P files are not routed, so nothing is patched here)."""
+    from distributed import Client, LocalCluster
+
+    from placement.storage import PlacementWorkerPlugin
+
+    with (
+        dask.config.set(dask_settings(0.5)),
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.register_plugin(
+            PlacementWorkerPlugin(
+                ssd_dir=str(tmp_path / "ssd"),
+                hdd_dir=str(tmp_path / "hdd"),
+                log_dir=str(tmp_path / "logs"),
+                route_p2p=False,
+                flush_interval_s=3600.0,
+            )
+        )
+        yield client
+
+
+def test_a_persisted_stage_keeps_its_task_count_while_queries_read_it() -> None:
+    from distributed import Client
+
+    from placement.storage import RunContext
+    from placement.workloads import _execute
+
+    class Recording:  # the client, keeping each run context the driver sends the workers
+        def __init__(self, client: Any) -> None:
+            self.client, self.contexts = client, []
+
+        def run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            if args and isinstance(args[0], RunContext):
+                self.contexts.append(args[0])
+            return self.client.run(fn, *args, **kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+    spec = WorkloadSpec(TINY, seed=0, n_workers=1)
+    with (
+        dask.config.set(dask_settings(0.5)),
+        Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c,
+    ):
+        # (workload, stage of its persisted partitions): one read by two queries, one by
+        # four, and one whose queries' graphs do not name it at all
+        for name, stage in (
+            ("df_shuffle", "p2pshuffle"),
+            ("persist_reuse", "to_string_dtype"),
+            ("bag_foldby", "flatten"),
+        ):
+            client = Recording(c)
+            _execute(client, WORKLOADS[name], spec, f"{name}-run")
+            persist_phase, query_phase = (ctx.stage_tasks for ctx in client.contexts)
+            assert persist_phase[stage] == query_phase[stage] == TINY.partitions, name
+            # the query phase adds its stages to those of the persist phase
+            assert set(persist_phase) <= set(query_phase), name
+
+
+def test_a_shard_of_a_worker_that_left_raises_or_is_skipped_instead_of_hanging(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from placement.storage import ShardError, ShardRef
+    from placement.workloads import _drop_shards, _pinned, shard_head
+
+    class Restarted:  # the shard's worker died; its nanny started one at a new address
+        def __init__(self) -> None:
+            self.submitted: list[tuple[Any, ...]] = []
+
+        def scheduler_info(self, **kwargs: object) -> dict[str, Any]:
+            return {"workers": {"tcp://w:2": {}, "tcp://v:1": {}}}
+
+        def submit(self, *args: Any, **kwargs: Any) -> object:
+            self.submitted.append(args)
+            return object()
+
+        def gather(self, futures: list[Any]) -> list[bool]:
+            return [True] * len(futures)
+
+    gone = ShardRef("feat-0", "tcp://w:1", np.dtype("f4"), (), 1, 4)
+    alive = ShardRef("feat-1", "tcp://v:1", np.dtype("f4"), (), 1, 4)
+    client = Restarted()
+    with pytest.raises(ShardError, match=r"'feat-0' lives on worker tcp://w:1, which has left"):
+        _pinned(client, shard_head, gone, 5)
+    assert client.submitted == []
+    _drop_shards(client, [gone, alive])
+    assert [args[1].name for args in client.submitted] == ["feat-1"]
+    assert "were on worker(s) ['tcp://w:1'], which left the cluster" in caplog.text
+    # a reader pinned to a worker that leaves after it was submitted fails, not waits forever
+    timeout = dask_settings(0.5).get("distributed.scheduler.no-workers-timeout")
+    assert timeout is not None and 0 < dask.utils.parse_timedelta(timeout) <= 120
+
+
+def _fail_one_shard(raw: Any, name: str, seed: int, n_shards: int) -> Any:
+    if name.endswith("-e0-2"):
+        raise RuntimeError(f"injected failure writing shard {name}")
+    return augment_shard(raw, name, seed, n_shards)
+
+
+@pytest.mark.timeout(120)
+def test_shards_written_before_a_failed_write_are_dropped(
+    inproc: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from placement import workloads
+    from placement.logwriter import read_logs
+    from placement.storage import flush_worker_logs, worker_storage_state
+
+    monkeypatch.setattr(workloads, "augment_shard", _fail_one_shard)
+    plan = WORKLOADS["augment_cache"].plan(WorkloadSpec(TINY, seed=0, n_workers=2))
+    assert plan.drive is not None
+    with pytest.raises(RuntimeError, match="injected failure writing shard aug-.*-e0-2"):
+        plan.drive(inproc)
+    # the three shards written are dropped (and logged), none left alive on a worker
+    states = inproc.run(worker_storage_state)
+    assert [s["live_files"] for s in states.values()] == [0, 0]
+    inproc.run(flush_worker_logs)
+    rows = read_logs(tmp_path / "logs").table.to_pandas()
+    assert sorted(rows["file_kind"]) == ["cache_shard"] * (TINY.partitions - 1)
+
+
+def _leave(client: Any) -> None:
+    """A pipeline during which a worker leaves the cluster."""
+    (address, *_) = sorted(client.scheduler_info()["workers"])
+    client.retire_workers([address], close_workers=True)
+
+
+@pytest.mark.timeout(120)
+def test_a_run_during_which_a_worker_leaves_is_not_ok(inproc: Any) -> None:
+    from placement.workloads import Workload, run_workload
+
+    (first, _) = sorted(inproc.scheduler_info()["workers"])
+    leaving = Workload("leaving", "test", "a worker leaves", _drive_plan(_leave))
+    result = run_workload(inproc, leaving, WorkloadSpec(TINY, 0, 2), settle_timeout_s=5)
+    assert not result.ok
+    assert result.error is not None and f"worker(s) {first} left the cluster" in result.error
+    assert "rows are incomplete" in result.error
+
+
+# ---------------------------------------------------------------------- collect on one worker
+def _drive_plan(drive: Any) -> Any:
+    def plan(spec: WorkloadSpec) -> Plan:
+        return Plan(None, 1000, 1, drive=drive, stage_tasks={"one_shard": 1})
+
+    return plan
+
+
+def _one_shard_then(outcome: BaseException | None) -> Any:
+    """A pipeline that writes, reads and drops one cache shard (one log row), then
+    raises ``outcome`` (if given)."""
+
+    def drive(client: Any) -> None:
+        def one_shard(name: str) -> int:
+            from placement.storage import drop_shard, put_shard, worker_shards
+
+            ref = put_shard(name, np.arange(1000, dtype="f8"), stage="one-shard")
+            worker_shards().read(ref)
+            return int(drop_shard(ref))
+
+        assert client.submit(one_shard, "s", pure=False).result() == 1
+        if outcome is not None:
+            raise outcome
+
+    return _drive_plan(drive)
+
+
+@pytest.fixture
+def test_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pipelines of one shard each, and the tiny size, known to the collector."""
+    from placement.workloads import Workload
+
+    monkeypatch.setitem(SIZES, "tiny", TINY)
+    for name, drive in (
+        ("one_shard", _one_shard_then(None)),
+        ("one_shard_fails", _one_shard_then(RuntimeError("stopped half way"))),
+        ("one_shard_interrupted", _one_shard_then(KeyboardInterrupt())),
+        ("nothing", _drive_plan(lambda client: None)),
+    ):
+        monkeypatch.setitem(WORKLOADS, name, Workload(name, "cache", name, drive))
+
+
+def _options(tmp_path: Path, *pipelines: str) -> CollectOptions:
+    return CollectOptions(
+        pipelines=pipelines,
+        sizes=["tiny"],
+        seeds=[0],
+        n_workers=1,
+        memory_limit="512MiB",
+        scratch_dir=str(tmp_path),
+        settle_timeout_s=5,
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("test_workloads")
+def test_rows_of_a_failed_run_are_dropped_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = tmp_path / "out"
+    summary = collect(out, _options(tmp_path, "one_shard", "one_shard_fails"), progress=False)
+    (failed,) = summary["failed_runs"]
+    assert failed["pipeline"] == "one_shard_fails" and "stopped half way" in failed["error"]
+    frame = conform(pq.read_table(out / "io_log.parquet")).to_pandas()
+    assert list(frame["pipeline"]) == ["one_shard"]
+    assert summary["dropped_rows"] == {failed["run_id"]: 1} and summary["total"]["runs"] == 1
+    assert "dropped 1 log row(s) of runs that failed" in caplog.text
+    assert failed["run_id"] in caplog.text
+    assert list(tmp_path.iterdir()) == [out]  # the scratch directory is gone
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("test_workloads")
+def test_an_interrupted_run_s_rows_are_set_apart_from_the_kept_finished_runs(
+    tmp_path: Path,
+) -> None:
+    from placement.logwriter import read_logs
+
+    out = tmp_path / "out"
+    options = _options(tmp_path, "one_shard", "one_shard_fails", "one_shard_interrupted")
+    with pytest.raises(KeyboardInterrupt) as info:
+        collect(out, options, progress=False)
+    (parts,) = [p for p in out.iterdir() if p.name.startswith(".parts-")]
+    kept = read_logs(parts).table.to_pandas()
+    assert list(kept["pipeline"]) == ["one_shard"]  # the whole run only
+    aside = read_logs(parts / ".incomplete").table.to_pandas()
+    assert sorted(aside["pipeline"]) == ["one_shard_fails", "one_shard_interrupted"]
+    (note,) = info.value.__notes__
+    assert "1 run(s) finished" in note and str(parts) in note
+    assert "2 row(s) of runs stopped part way or failed" in note
+    assert str(parts / ".incomplete") in note
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("test_workloads")
+def test_sigterm_stops_a_collection_like_an_interrupt(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    received: list[int] = []
+
+    def previous(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    def terminated(result: object) -> None:  # `kill <pid>` after the first run
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.signal(signal.SIGTERM, previous)
+    try:
+        with pytest.raises(SystemExit) as info:
+            collect(
+                tmp_path / "out",
+                _options(tmp_path, "one_shard", "one_shard"),
+                progress=False,
+                on_run=terminated,
+            )
+        assert signal.getsignal(signal.SIGTERM) is previous  # restored
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert info.value.code == 128 + signal.SIGTERM and received == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no scratch left
+    (note,) = info.value.__notes__
+    assert "1 run(s) finished" in note
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("test_workloads")
+def test_no_rows_from_whole_runs_names_the_spill_threshold(tmp_path: Path) -> None:
+    from placement.errors import PlacementError
+
+    with pytest.raises(PlacementError) as info:
+        collect(tmp_path / "out", _options(tmp_path, "nothing"), progress=False)
+    message = str(info.value)
+    assert "every run finished" in message
+    assert f"spill threshold of {int(512 * 2**20 * 0.025)} bytes" in message
+    assert "Lower --target-fraction or --memory-limit, or add larger --sizes" in message
+
+
+def _kill_a_worker_then_read_its_shard(client: Any) -> None:
+    """A pipeline whose shard's worker is killed (SIGKILL, as the OOM killer does) and
+    restarted by its nanny before a reader is pinned to it."""
+    import os
+    import signal
+    import time
+
+    from placement.workloads import _pinned, shard_head
+
+    def put(name: str) -> Any:
+        from placement.storage import put_shard
+
+        return put_shard(name, np.arange(1000, dtype="f8"), stage="killed-shard")
+
+    workers = sorted(client.scheduler_info()["workers"])
+    refs = [
+        client.submit(put, f"killed-{i}", workers=[w], pure=False).result()
+        for i, w in enumerate(workers)
+    ]
+    victim = refs[0].worker
+    os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = client.scheduler_info()["workers"]
+        if victim not in now and len(now) == len(workers):
+            break
+        time.sleep(0.2)
+    _KILLED["files"] = [str(p) for p in Path(_KILLED["scratch"]).rglob("killed-0")]
+    _pinned(client, shard_head, refs[0], 5).result()
+
+
+_KILLED: dict[str, Any] = {}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("test_workloads")
+def test_a_killed_worker_fails_its_run_and_a_reader_of_its_shard_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from placement.workloads import Workload
+
+    name = "killed_worker"
+    monkeypatch.setitem(
+        WORKLOADS,
+        name,
+        Workload(name, "cache", name, _drive_plan(_kill_a_worker_then_read_its_shard)),
+    )
+    _KILLED["scratch"] = tmp_path
+    options = dataclasses.replace(_options(tmp_path, "one_shard", name), n_workers=2)
+    summary = collect(tmp_path / "out", options, progress=False)
+    (failed,) = summary["failed_runs"]
+    assert failed["pipeline"] == name
+    assert "left the cluster during the run" in failed["error"]
+    assert "ShardError" in failed["error"] and "'killed-0' lives on worker" in failed["error"]
+    # the surviving worker's shard, left alive by the failed run, is logged and dropped
+    assert summary["dropped_rows"] == {failed["run_id"]: 1}
+    frame = conform(pq.read_table(tmp_path / "out" / "io_log.parquet")).to_pandas()
+    assert set(frame["pipeline"]) == {"one_shard"}
+    # the dead worker's shard file went with its store: the replacement removed it
+    assert _KILLED["files"] == []
