@@ -179,6 +179,7 @@ def collect_command(
         "rows": summary["total"]["rows"],
         "runs": len(summary["runs"]),
         "failed_runs": len(summary["failed_runs"]),
+        "dropped_rows": sum(summary["dropped_rows"].values()),  # of runs not whole
         "wall_s": summary["wall_s"],
         "pipelines": {p: b["rows"] for p, b in summary["pipelines"].items()},
         "io_density": summary["total"]["io_density"],

@@ -281,6 +281,30 @@ def test_cli_collect_interrupted_prints_where_the_runs_are(
     assert "kept in X/.parts-1" in res.output and "Aborted!" in res.output
 
 
+def test_cli_collect_prints_the_rows_it_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The printed summary counts the rows of runs that were not whole (a failed run's
+    rows are left out of io_log.parquet: see test_rows_of_a_failed_run_are_dropped...)."""
+    from placement import workloads
+
+    def with_a_failed_run(*_args, **_kwargs):
+        return {
+            "total": {"rows": 10, "io_density": {}},
+            "runs": [{"run_id": "a"}, {"run_id": "b"}],
+            "failed_runs": [{"run_id": "b"}],
+            "dropped_rows": {"b": 7, "(no run)": 1},
+            "wall_s": 1.0,
+            "pipelines": {},
+        }
+
+    monkeypatch.setattr(workloads, "collect", with_a_failed_run)
+    res = CliRunner().invoke(placement_group, ["collect", str(tmp_path), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    brief = json.loads(res.output)
+    assert brief["failed_runs"] == 1 and brief["dropped_rows"] == 8
+
+
 # ---------------------------------------------------------------------- failure handling
 #: A size far below "small", so runs on in-process clusters take a second or two.
 TINY = Size("tiny", partitions=4, rows=2_000, array_side=200, records=800)
