@@ -12,7 +12,13 @@ Imports nothing of the other project packages; the loader plugs it in.
 from __future__ import annotations
 
 from cache.config import CacheConfig, FillMode
-from cache.errors import CacheConfigError, CacheError, CorruptRecordError, StaleCacheError
+from cache.errors import (
+    CacheConfigError,
+    CacheError,
+    CorruptRecordError,
+    StaleCacheError,
+    UnreadableMetaError,
+)
 from cache.fill import CacheFiller, FillStats
 from cache.meta import SCHEMA_VERSION, CacheIdentity, CacheMeta
 from cache.store import CacheInfo, CacheStore, StoreState, StoreStats
@@ -34,6 +40,7 @@ __all__ = [
     "StaleCacheError",
     "StoreState",
     "StoreStats",
+    "UnreadableMetaError",
     "VerifyReport",
     "verify",
 ]

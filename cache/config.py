@@ -13,6 +13,9 @@ from cache.errors import CacheConfigError
 #: Smallest accepted ``max_bytes`` (LMDB needs a few pages for its own trees).
 MIN_MAX_BYTES = 1 << 20
 
+#: Largest accepted ``max_readers`` (each slot costs 64 bytes of ``lock.mdb``).
+MAX_READERS = 1 << 16
+
 
 class FillMode(str, enum.Enum):
     """How samples produced on a cache miss are written to the cache.
@@ -54,14 +57,23 @@ class CacheConfig:
         Augmented variants kept per sample; epoch ``e`` serves variant
         ``e % variants``. Default 4.
     max_bytes : int
-        Upper bound of the cache's data file, in bytes (LMDB's map size).
-        When the next write would exceed it the cache stops admitting (state
-        ``FULL``) and keeps serving; the loader produces the rest fresh.
-        Default 8 GiB; at least 1 MiB.
+        Size bound of the cache, in bytes: records, metadata and 16 pages of
+        LMDB bookkeeping. When the next write would exceed it the cache stops
+        admitting (state ``FULL``) and keeps serving; the loader produces the
+        rest fresh. ``data.mdb`` may grow beyond it by at most the map's
+        headroom (64 pages plus 1/512 of ``max_bytes``, see
+        :func:`cache.store.map_headroom`), which lets a full cache be cleared,
+        rebuilt or repaired and filled again. Default 8 GiB; at least 1 MiB.
     rebuild : bool
         Clear the cache when it is opened and fill it again. Use it after the
         recipe or dataset changed (a stale cache is otherwise refused). In a
-        multi-process job pass it on one process only.
+        multi-process job (DDP ranks) pass it on one process only (rank 0), and
+        let the others open the cache only after that process has opened it,
+        behind a barrier (``torch.distributed.barrier()``): a rank that opens
+        first still finds the old metadata and raises ``StaleCacheError``, and
+        a store that was open before the rebuild stops using the cache (state
+        ``STALE``). Neither :class:`dataplane.Loader` nor the trainers place
+        that barrier.
     fill : FillMode or {"background", "inline", "off"}
         How misses are written (see :class:`FillMode`). Default background.
     fill_queue : int
@@ -70,7 +82,7 @@ class CacheConfig:
     max_readers : int
         Size of LMDB's reader table: concurrent read transactions across all
         processes using the cache (only the first process to open it sets
-        this). Default 1024.
+        this). Default 1024; at most 65536.
     durable : bool
         Flush data to disk at every commit (``fsync``); a power loss may then
         lose at most the last transaction. ``False`` leaves flushing to the
@@ -107,6 +119,10 @@ class CacheConfig:
             )
         if str(path) == "":
             raise CacheConfigError("path must name the cache directory, not ''")
+        if "\0" in str(path):
+            raise CacheConfigError(
+                f"path {str(path)!r} contains a NUL byte; name the cache directory without it"
+            )
         object.__setattr__(self, "path", Path(path))
         _positive_int("variants", self.variants)
         if self.variants > 0xFFFF:
@@ -114,6 +130,11 @@ class CacheConfig:
         _positive_int("max_bytes", self.max_bytes, minimum=MIN_MAX_BYTES)
         _positive_int("fill_queue", self.fill_queue)
         _positive_int("max_readers", self.max_readers)
+        if self.max_readers > MAX_READERS:
+            raise CacheConfigError(
+                f"max_readers must be <= {MAX_READERS} (concurrent read transactions of all "
+                f"processes), not {self.max_readers}"
+            )
         for name in ("rebuild", "durable"):
             if not isinstance(getattr(self, name), bool):
                 raise CacheConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")

@@ -30,6 +30,14 @@ class StaleCacheError(CacheError):
         self.changes = changes
 
 
+class UnreadableMetaError(CacheError):
+    """The cache's metadata document cannot be parsed (a damaged cache).
+
+    ``dataplane cache clear PATH`` deletes its records and metadata;
+    ``CacheConfig(path, rebuild=True)`` rebuilds it.
+    """
+
+
 class CorruptRecordError(CacheError):
     """A record failed its checksum or structural check.
 

@@ -17,7 +17,7 @@ The fresh path (decode + augment) hands each produced batch to
 ``OFF``
     Nothing is written.
 
-A store that stopped admitting (``FULL``, ``FAILED``, ``READ_ONLY``) makes
+A store that stopped admitting (``FULL``, ``FAILED``, ``READ_ONLY``, ``STALE``) makes
 ``submit`` return ``False`` at once without copying anything. A write failure
 (disk full, I/O error) is logged once as a warning and kept in
 :attr:`CacheFiller.error`; it never propagates into the training loop.

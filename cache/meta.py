@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from cache.errors import CacheError, StaleCacheError
+from cache.errors import CacheError, StaleCacheError, UnreadableMetaError
 
 #: Version of the key/record/metadata layout; a cache of another version is stale.
 SCHEMA_VERSION = 1
@@ -159,7 +159,13 @@ class CacheMeta:
 
     @classmethod
     def from_json(cls, raw: bytes, *, where: str) -> CacheMeta:
-        """Parse the stored form; ``where`` names the cache in errors."""
+        """Parse the stored form; ``where`` names the cache in errors.
+
+        Raises
+        ------
+        UnreadableMetaError
+            If ``raw`` is not a metadata document.
+        """
         try:
             doc = json.loads(bytes(raw))
             identity = CacheIdentity(
@@ -177,10 +183,10 @@ class CacheMeta:
                 layout=str(doc["layout"]),
                 created=str(doc.get("created", "")),
             )
-        except (ValueError, KeyError, TypeError, CacheError) as exc:
-            raise CacheError(
-                f"the metadata of cache {where} is unreadable ({exc}); clear it with "
-                f"`dataplane cache clear {where}` or open it with rebuild=True"
+        except (ValueError, KeyError, TypeError, AttributeError, CacheError) as exc:
+            raise UnreadableMetaError(
+                f"the metadata of cache {where} is unreadable ({exc}); delete its records and "
+                f"metadata with `dataplane cache clear {where}`, or open it with rebuild=True"
             ) from exc
 
     def changes(self, expected: CacheIdentity) -> tuple[str, ...]:

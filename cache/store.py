@@ -14,11 +14,13 @@ of processes (DDP ranks, workers) may open the same cache.
 
 * In one process all :class:`CacheStore` objects of a directory share one LMDB
   environment (LMDB forbids opening an environment twice in a process).
-* After ``fork`` the child keeps using the inherited environment handle with
-  its own transactions (py-lmdb gives the child its own reader slot). The child
-  never closes it: closing an inherited handle clears the parent's reader slots
-  and would let a writer overwrite pages the parent is reading. Per-process
-  state (locks, pending drops) is reset when the process id changes.
+* After ``fork`` the child opens its own environment on first use: LMDB
+  environments must not be used across ``fork`` (parent and child would share
+  one reader slot, ``MDB_BAD_RSLOT``, and a writer could overwrite pages one of
+  them is still reading). The inherited handle is kept, unused and never
+  closed: closing it would release this process's locks and reader slots of
+  the file. Per-process state (locks, pending drops, the environment) is reset
+  when the process id changes.
 * A store pickles as its configuration and identity (``spawn`` start method);
   the unpickled copy opens the environment on first use, and never rebuilds.
 
@@ -43,10 +45,10 @@ On failure
 * A record failing its check is never served: it is reported missing (the
   caller produces the sample fresh), logged, counted in :attr:`CacheStore.stats`,
   and deleted by this process's next write so that the refill can take its place.
-* The next write would exceed ``max_bytes`` (``lmdb.MapFullError``): the batch is
-  not written, the store's state becomes :attr:`StoreState.FULL` and it stops
-  admitting; serving goes on. ``MapFullError`` never reaches the caller. The
-  cache may thus stop up to one write batch short of ``max_bytes``.
+* The next write would exceed ``max_bytes``: the batch is not written, the
+  store's state becomes :attr:`StoreState.FULL` and it stops admitting; serving
+  goes on. ``MapFullError`` never reaches the caller. The cache may thus stop
+  up to one write batch short of ``max_bytes``.
 * Disk full, I/O error or an unwritable directory while writing: the batch is
   not written (the transaction is aborted, what was committed stays valid),
   the state becomes :attr:`StoreState.FAILED` and :class:`CacheError` is raised
@@ -55,9 +57,31 @@ On failure
   read-only (state :attr:`StoreState.READ_ONLY`, without LMDB's lock file, so it
   must not be written by anyone meanwhile); a new cache in such a place raises
   :class:`CacheError` naming the path.
+* Another process rebuilt the cache (other recipe or dataset) while this store
+  was open: its next read or write sees the new metadata, and the store stops
+  serving and admitting (state :attr:`StoreState.STALE`, logged once); the
+  loader produces every sample fresh. Reopen it to use the rebuilt cache.
+* Another process grew the map (a larger ``max_bytes``): reads and writes adopt
+  the larger map (``MDB_MAP_RESIZED`` is handled, never an error).
 * A process killed at any point leaves only committed, complete, checksummed
   records; the next open counts them (:meth:`CacheStore.counts`) and filling
-  goes on from there.
+  goes on from there. The reader slot it held is freed when the cache is next
+  opened, or when a write runs out of room (``Environment.reader_check``).
+
+Size
+----
+``max_bytes`` bounds the pages holding records and metadata, plus
+:data:`BOOKKEEPING_PAGES` pages for LMDB's own trees: a write that would go
+beyond it is not committed (state ``FULL``). The LMDB map, the hard bound of
+``data.mdb``, is larger by :func:`map_headroom` (64 pages plus 1/512 of
+``max_bytes``). LMDB reuses a freed page only once a later transaction has
+committed, and it needs fresh pages to record what a transaction frees (1/512
+of the freed bytes); the headroom lets a full cache be cleared, rebuilt or
+repaired and filled again. After every transaction that frees pages (clear,
+rebuild, dropped records) the store commits one small transaction so that
+the next fill reuses them; a write that finds the map full frees the slots of
+dead readers, commits such a transaction and is tried once more before the
+store declares itself ``FULL``.
 """
 
 from __future__ import annotations
@@ -65,8 +89,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import errno
+import importlib
 import itertools
 import logging
+import mmap
 import operator
 import os
 import threading
@@ -80,7 +106,7 @@ import numpy as np
 import xxhash
 
 from cache.config import CacheConfig, FillMode
-from cache.errors import CacheError, CorruptRecordError
+from cache.errors import CacheError, CorruptRecordError, UnreadableMetaError
 from cache.meta import META_KEY, CacheIdentity, CacheMeta
 from cache.record import (
     CHECKSUM_SIZE,
@@ -107,6 +133,42 @@ _HEADER_PREFIX = header_prefix()
 RECORDS_DB = b"records"
 META_DB = b"meta"
 
+#: Pages of ``max_bytes`` kept for LMDB's bookkeeping (its meta pages, the main and
+#: free-page trees and the copies a transaction makes): data stops this far short.
+BOOKKEEPING_PAGES = 16
+
+#: Pages of the LMDB map beyond ``max_bytes`` (see :func:`map_headroom`).
+HEADROOM_PAGES = 64
+
+_SETTLE_KEY = b"~settle"
+
+
+def map_headroom(max_bytes: int) -> int:
+    """Bytes of the LMDB map beyond ``max_bytes``: :data:`HEADROOM_PAGES` pages plus
+    1/512 of ``max_bytes`` (LMDB's list of the pages a full clear frees).
+
+    Parameters
+    ----------
+    max_bytes : int
+        The cache's size bound, in bytes.
+
+    Returns
+    -------
+    int
+        Headroom in bytes, a multiple of the OS page size.
+    """
+    page = max(mmap.PAGESIZE, 4096)
+    extra = -(-(max_bytes // 512) // page) * page
+    return HEADROOM_PAGES * page + extra
+
+
+class _OverMaxBytes(lmdb.MapFullError):
+    """A write would take the cache beyond ``max_bytes`` (raised before its commit)."""
+
+
+class _Rebuilt(Exception):
+    """The cache's metadata is no longer the one this store opened."""
+
 
 class StoreState(str, enum.Enum):
     """Whether a store admits new records (it always serves what it holds)."""
@@ -115,6 +177,8 @@ class StoreState(str, enum.Enum):
     FULL = "full"
     FAILED = "failed"
     READ_ONLY = "read-only"
+    #: Another process rebuilt the cache: this store neither serves nor admits.
+    STALE = "stale"
 
 
 @dataclasses.dataclass
@@ -159,12 +223,20 @@ class CacheInfo:
     file_bytes : int
         Size of ``data.mdb`` on disk, in bytes.
     used_bytes : int
-        Bytes of the data file in use (LMDB's high-water mark of pages).
+        Bytes of the pages holding records and metadata (what ``max_bytes``
+        bounds); ``data.mdb`` also holds free pages, reused by the next fill.
     max_bytes : int
-        The size bound (LMDB map size), in bytes.
+        The size bound, in bytes (see the module docs, *Size*).
     record_bytes : int
         Bytes one record occupies in LMDB (payload, header, checksum, page
         overhead).
+    map_bytes : int
+        LMDB's map size in this process: the hard bound of ``data.mdb``, in bytes
+        (``max_bytes`` plus :func:`map_headroom`, or what another process set).
+    bookkeeping_bytes : int
+        The part of ``max_bytes`` kept for LMDB's bookkeeping
+        (:data:`BOOKKEEPING_PAGES` pages), in bytes: records and metadata fill
+        at most ``max_bytes - bookkeeping_bytes``.
     """
 
     path: str
@@ -176,6 +248,8 @@ class CacheInfo:
     used_bytes: int
     max_bytes: int
     record_bytes: int
+    map_bytes: int = 0
+    bookkeeping_bytes: int = 0
 
     @property
     def bytes_per_sample(self) -> float:
@@ -185,9 +259,9 @@ class CacheInfo:
     @property
     def full(self) -> bool:
         """True when the store stopped admitting for lack of room, or one more
-        record would not fit above the high-water mark."""
+        record would not fit in ``max_bytes``."""
         return self.state is StoreState.FULL or (
-            self.used_bytes + self.record_bytes > self.max_bytes
+            self.used_bytes + self.record_bytes + self.bookkeeping_bytes > self.max_bytes
         )
 
     @property
@@ -217,6 +291,8 @@ class CacheInfo:
             "used_bytes": self.used_bytes,
             "max_bytes": self.max_bytes,
             "record_bytes": self.record_bytes,
+            "map_bytes": self.map_bytes,
+            "bookkeeping_bytes": self.bookkeeping_bytes,
             "bytes_per_sample": self.bytes_per_sample,
             "full": self.full,
         }
@@ -230,16 +306,52 @@ class _SharedEnv:
     meta: Any
     owner_pid: int
     readonly: bool
+    psize: int = 4096
     users: int = 0
 
 
 _REGISTRY: dict[str, _SharedEnv] = {}
 _REGISTRY_LOCK = threading.Lock()
+# Environments inherited through fork and replaced by the child's own: kept referenced so
+# that they are never closed (closing would drop this process's locks and reader slots).
+_INHERITED: list[_SharedEnv] = []
+# Caches (real paths) whose environment this process inherited through fork.
+_INHERITED_PATHS: set[str] = set()
 
 
 def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()
+    for key, shared in _REGISTRY.items():
+        if shared.owner_pid != os.getpid():
+            _INHERITED_PATHS.add(key)
+
+
+@contextmanager
+def _reopen_guard_lifted(lifted: bool) -> Iterator[None]:
+    """Let this process open the files of an environment it inherited through fork.
+
+    py-lmdb refuses to open files that an environment of this process has open,
+    because closing one of two handles would release the fcntl locks of both. A
+    handle inherited through fork holds no locks in the child and is never closed
+    there (:data:`_INHERITED`), so the child's own open skips that check (py-lmdb
+    identifies environments with ``lmdb._envid.env_keys``).
+    """
+    envid: Any = None
+    if lifted:
+        try:
+            envid = importlib.import_module("lmdb._envid")
+        except ImportError:  # pragma: no cover - a py-lmdb without the check
+            envid = None
+    if envid is None or not hasattr(envid, "env_keys"):
+        yield
+        return
+    keys = envid.env_keys
+    envid.env_keys = lambda path, subdir: ()
+    try:
+        yield
+    finally:
+        envid.env_keys = keys
 
 
 if hasattr(os, "register_at_fork"):
@@ -253,12 +365,15 @@ def _explain(exc: BaseException) -> str:
     return text
 
 
-def _open_env(path: Path, config: CacheConfig | None, *, create: bool) -> _SharedEnv:
+def _open_env(
+    path: Path, config: CacheConfig | None, *, create: bool, inherited: bool = False
+) -> _SharedEnv:
     """Open the LMDB environment of ``path`` (read-write, else read-only); the caller has
-    checked that ``path`` is a directory or absent."""
+    checked that ``path`` is a directory or absent. ``inherited``: this process holds an
+    environment of ``path`` inherited through fork (see :func:`_reopen_guard_lifted`)."""
     if not create and not (path / "data.mdb").is_file():
         raise CacheError(f"no cache at {path} (no data.mdb there); check the path")
-    map_size = config.max_bytes if config is not None else 0
+    map_size = config.max_bytes + map_headroom(config.max_bytes) if config is not None else 0
     common: dict[str, Any] = {
         "subdir": True,
         "max_dbs": 2,
@@ -267,24 +382,34 @@ def _open_env(path: Path, config: CacheConfig | None, *, create: bool) -> _Share
         "max_spare_txns": 1,
     }
     try:
-        env = lmdb.open(
-            str(path),
-            map_size=map_size,
-            max_readers=config.max_readers if config is not None else 1024,
-            sync=config.durable if config is not None else True,
-            metasync=False,
-            create=create,
-            **common,
-        )
+        with _reopen_guard_lifted(inherited):
+            env = lmdb.open(
+                str(path),
+                map_size=map_size,
+                max_readers=config.max_readers if config is not None else 1024,
+                sync=config.durable if config is not None else True,
+                metasync=False,
+                create=create,
+                **common,
+            )
         readonly = False
     except lmdb.Error as exc:
+        if isinstance(exc, lmdb.MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM:
+            bound = f"max_bytes={config.max_bytes}" if config is not None else "its map size"
+            raise CacheError(
+                f"cannot map the cache at {path} with {bound}: {os.strerror(errno.ENOMEM)}; "
+                "lower max_bytes (the loader keeps serving fresh samples meanwhile)"
+            ) from exc
         if not (path / "data.mdb").is_file() or os.access(path, os.W_OK):
             raise CacheError(
                 f"cannot open or create the cache at {path}: {_explain(exc)}; choose a writable "
                 "directory (the loader keeps serving fresh samples meanwhile)"
             ) from exc
         try:  # an existing cache in a directory we may not write: serve it read-only
-            env = lmdb.open(str(path), map_size=map_size, readonly=True, lock=False, **common)
+            with _reopen_guard_lifted(inherited):
+                env = lmdb.open(
+                    str(path), map_size=map_size, readonly=True, lock=False, **common
+                )
         except lmdb.Error as exc2:
             raise CacheError(f"cannot open the cache at {path} read-only: {exc2}") from exc2
         readonly = True
@@ -299,15 +424,26 @@ def _open_env(path: Path, config: CacheConfig | None, *, create: bool) -> _Share
     except lmdb.Error as exc:
         env.close()
         raise CacheError(f"{path} is not a readable dataplane cache ({exc})") from exc
-    return _SharedEnv(env, records, meta, os.getpid(), readonly)
+    if not readonly:
+        try:  # free the reader slots of processes that died inside a read transaction
+            env.reader_check()
+        except lmdb.Error:  # pragma: no cover - best effort
+            pass
+    return _SharedEnv(env, records, meta, os.getpid(), readonly, int(env.stat()["psize"]))
 
 
 def _acquire(path: Path, config: CacheConfig | None, *, create: bool) -> _SharedEnv:
     key = os.path.realpath(path)
     with _REGISTRY_LOCK:
         shared = _REGISTRY.get(key)
+        if shared is not None and shared.owner_pid != os.getpid():
+            # Inherited through fork: this process opens its own (see the module docs).
+            _INHERITED.append(shared)
+            _INHERITED_PATHS.add(key)
+            del _REGISTRY[key]
+            shared = None
         if shared is None:
-            shared = _open_env(path, config, create=create)
+            shared = _open_env(path, config, create=create, inherited=key in _INHERITED_PATHS)
             _REGISTRY[key] = shared
         shared.users += 1
         return shared
@@ -328,6 +464,27 @@ def _release(path: Path, shared: _SharedEnv) -> None:
 def _commit(txn: lmdb.Transaction) -> None:
     """Commit a write transaction (the one place data reaches the disk)."""
     txn.commit()
+
+
+def _settle(shared: _SharedEnv) -> bool:
+    """Commit one small transaction (a key put and deleted in the ``meta`` database).
+
+    LMDB reuses the pages a transaction freed only once a later one has committed:
+    called after every transaction that frees pages, so that the next fill reuses
+    them instead of needing new ones. Returns False when it could not commit.
+    """
+    try:
+        txn = shared.env.begin(write=True, db=shared.meta)
+        try:
+            txn.put(_SETTLE_KEY, b"")
+            txn.delete(_SETTLE_KEY)
+            _commit(txn)
+        except BaseException:
+            txn.abort()
+            raise
+    except lmdb.Error:
+        return False
+    return True
 
 
 BatchTuple = tuple[np.ndarray, int, np.ndarray, np.ndarray]
@@ -390,6 +547,7 @@ class CacheStore:
         self._init_process_state()
         self._shared: _SharedEnv | None = None
         self._meta: CacheMeta | None = None
+        self._meta_raw: bytes | None = None
         self._state = StoreState.ADMITTING if config.fill is not FillMode.OFF else StoreState.READ_ONLY
         self._rebuild = config.rebuild
         self._existing_only = False
@@ -413,6 +571,7 @@ class CacheStore:
         self._init_process_state()
         self._shared = None
         self._meta = None
+        self._meta_raw = None
         self._state = StoreState.ADMITTING
         self._rebuild = False
         self._existing_only = True
@@ -438,6 +597,9 @@ class CacheStore:
             pending = set(self._pending_drop)
             self._init_process_state()
             self._pending_drop |= pending
+            # The parent's environment is never used (nor closed) here: _env() acquires
+            # this process's own.
+            self._shared = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -454,6 +616,7 @@ class CacheStore:
         self._init_process_state()
         self._shared = None
         self._meta = None
+        self._meta_raw = None
         self._state = state["state"]
         self._rebuild = False
         self._existing_only = state["existing_only"]
@@ -462,7 +625,14 @@ class CacheStore:
     def _env(self) -> _SharedEnv:
         self._check_process()
         if self._shared is None:
-            self._open()
+            if self._meta is None:
+                self._open()
+            else:  # opened before a fork: the same cache, through this process's environment
+                config = None if self._existing_only else self.config
+                shared = _acquire(self.path, config, create=False)
+                self._shared = shared
+                if shared.readonly and self._state is not StoreState.STALE:
+                    self._state = StoreState.READ_ONLY
         assert self._shared is not None
         return self._shared
 
@@ -479,7 +649,7 @@ class CacheStore:
         if create:
             try:
                 path.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 raise CacheError(
                     f"cannot create the cache directory {path}: {_explain(exc)}; choose a "
                     "writable path (the loader keeps serving fresh samples meanwhile)"
@@ -498,7 +668,15 @@ class CacheStore:
         where = str(self.config.path)
         with shared.env.begin(db=shared.meta) as txn:
             raw = txn.get(META_KEY)
+            raw = bytes(raw) if raw is not None else None
+        try:
             meta = CacheMeta.from_json(raw, where=where) if raw is not None else None
+        except UnreadableMetaError:
+            if not self._rebuild or self._existing_only or shared.readonly:
+                raise
+            logger.warning("the metadata of cache %s is unreadable; rebuilding the cache", where)
+            meta = None
+        self._meta_raw = raw
         if self._existing_only:
             if meta is None:
                 raise CacheError(f"{where} holds no dataplane cache metadata; check the path")
@@ -534,6 +712,9 @@ class CacheStore:
             except BaseException:
                 txn.abort()
                 raise
+            self._meta_raw = new.to_json()
+            if rebuild:
+                _settle(shared)
         except lmdb.MapFullError:
             if rebuild:
                 raise CacheError(f"cannot rebuild the cache at {where}: its max_bytes is too small") from None
@@ -575,6 +756,43 @@ class CacheStore:
 
     def _payload_size(self) -> int:
         return int(np.prod(self.identity.sample_shape, dtype=np.int64))
+
+    def _meta_current(self, txn: lmdb.Transaction) -> bool:
+        """Whether the stored metadata is still the one this store opened (one ``get``
+        in ``txn``); when not, the store becomes :attr:`StoreState.STALE` (logged)."""
+        raw = txn.get(META_KEY, db=self._env().meta)
+        if raw is not None:
+            raw = bytes(raw)
+        if raw == self._meta_raw:
+            return True
+        mine = self._meta
+        try:
+            stored = CacheMeta.from_json(raw, where=str(self.path)) if raw is not None else None
+        except CacheError:
+            stored = None
+        if (
+            stored is not None
+            and mine is not None
+            and stored.identity == mine.identity
+            and stored.created == mine.created
+        ):  # rewritten by another process (its variants or max_bytes), not rebuilt
+            self._meta_raw = raw
+            return True
+        self._become_stale()
+        return False
+
+    def _become_stale(self) -> None:
+        with self._lock:
+            if self._state is StoreState.STALE:
+                return
+            self._state = StoreState.STALE
+            self._known_complete.clear()
+        logger.warning(
+            "the cache at %s was rebuilt or cleared by another process since this one opened "
+            "it; this process stops using it and serves fresh samples (reopen the cache to "
+            "use the rebuilt one)",
+            self.path,
+        )
 
     @contextmanager
     def _read(self, db: Any = None) -> Iterator[lmdb.Transaction]:
@@ -647,7 +865,9 @@ class CacheStore:
         corrupt: list[tuple[bytes, CorruptRecordError]] = []
         try:
             with self._read() as txn:
-                if n == 0:
+                if self._state is StoreState.STALE or not self._meta_current(txn):
+                    found = np.zeros(n, dtype=bool)
+                elif n == 0:
                     found = np.zeros(0, dtype=bool)
                 elif size <= STAGED_MAX_PAYLOAD:
                     found = self._read_staged(txn, keys, ints, out, labels, corrupt)
@@ -842,6 +1062,11 @@ class CacheStore:
                     self.stats.written += w
                     self.stats.dropped += d
                 return written
+        except _Rebuilt:
+            with self._lock:
+                self._pending_drop.clear()
+            self._become_stale()
+            return written if len(groups) > 1 else 0
         except lmdb.MapFullError:
             with self._lock:
                 self._pending_drop |= pending
@@ -930,12 +1155,45 @@ class CacheStore:
     def _write(
         self, shared: _SharedEnv, pending: set[bytes], items: list[tuple[bytes, Any]]
     ) -> tuple[int, int]:
-        """One write transaction: drop the pending corrupt keys, put ``items`` (never
-        overwriting). Returns ``(written, dropped)``; lmdb errors propagate."""
+        """One write transaction (see :meth:`_write_once`), tried once more when another
+        process grew the map (``MDB_MAP_RESIZED``: adopt its size) or when the map is full
+        (free dead readers' slots, commit a small transaction so that freed pages become
+        reusable). Returns ``(written, dropped)``; lmdb errors, :class:`_OverMaxBytes` and
+        :class:`_Rebuilt` propagate."""
+        resized = made_room = False
+        while True:
+            try:
+                return self._write_once(shared, pending, items)
+            except _OverMaxBytes:
+                raise
+            except lmdb.MapResizedError:
+                if resized:
+                    raise
+                resized = True
+                shared.env.set_mapsize(0)
+            except lmdb.MapFullError:
+                if made_room:
+                    raise
+                made_room = True
+                try:
+                    shared.env.reader_check()
+                except lmdb.Error:  # pragma: no cover - best effort
+                    pass
+                if not _settle(shared):
+                    raise
+
+    def _write_once(
+        self, shared: _SharedEnv, pending: set[bytes], items: list[tuple[bytes, Any]]
+    ) -> tuple[int, int]:
+        """One write transaction: check that the cache was not rebuilt meanwhile, drop the
+        pending corrupt keys, put ``items`` (never overwriting), and commit unless that
+        takes the cache beyond ``max_bytes``. Returns ``(written, dropped)``."""
         size = self._payload_size()
         dropped = 0
         txn = shared.env.begin(write=True, db=shared.records)
         try:
+            if not self._meta_current(txn):
+                raise _Rebuilt
             for key in pending:
                 value = txn.get(key)
                 if value is not None and not self._valid(key, value, size):
@@ -945,11 +1203,28 @@ class CacheStore:
             _, written = txn.cursor().putmulti(
                 sorted(items, key=operator.itemgetter(0)), overwrite=False
             )
+            if written and self._used_bytes(txn, shared) > self._data_limit(shared):
+                raise _OverMaxBytes(f"the write would exceed max_bytes={self.config.max_bytes}")
             _commit(txn)
         except BaseException:
             txn.abort()
             raise
+        if dropped:
+            _settle(shared)
         return int(written), dropped
+
+    @staticmethod
+    def _used_bytes(txn: lmdb.Transaction, shared: _SharedEnv) -> int:
+        """Bytes of the pages holding records and metadata as ``txn`` sees them (O(1))."""
+        pages = 3  # LMDB's two meta pages and the main database's root
+        for db in (shared.records, shared.meta):
+            stat = txn.stat(db)
+            pages += stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
+        return pages * shared.psize
+
+    def _data_limit(self, shared: _SharedEnv) -> int:
+        """What records and metadata may fill: ``max_bytes`` less the bookkeeping pages."""
+        return self.config.max_bytes - BOOKKEEPING_PAGES * shared.psize
 
     def _committed_hint(self) -> str:
         try:
@@ -991,13 +1266,16 @@ class CacheStore:
                 raise
         except lmdb.Error as exc:
             raise CacheError(f"dropping records from the cache at {self.path} failed: {exc}") from exc
+        if deleted:
+            _settle(shared)
         self.stats.dropped += deleted
         return deleted
 
     def clear(self) -> int:
         """Delete every record (the metadata stays); returns how many there were.
 
-        The data file keeps its size: its pages are reused by the next fill.
+        The data file keeps its size: its pages are reused by the next fill (a
+        small transaction is committed after the clear so that they can be).
         Delete the directory to give the disk space back.
         """
         shared = self._env()
@@ -1015,6 +1293,7 @@ class CacheStore:
                 raise
         except lmdb.Error as exc:
             raise CacheError(f"clearing the cache at {self.path} failed: {exc}") from exc
+        _settle(shared)
         if self._state is StoreState.FULL:
             self._state = StoreState.ADMITTING
         return count
@@ -1053,6 +1332,8 @@ class CacheStore:
         """
         self._check_variant(variant)
         n = self.identity.num_samples
+        if self._state is StoreState.STALE:
+            return np.zeros(n, dtype=bool)
         if variant in self._known_complete:
             return np.ones(n, dtype=bool)
         mask = np.zeros(n, dtype=bool)
@@ -1117,8 +1398,9 @@ class CacheStore:
         shared = self._env()
         counts = self.counts()
         env_info = shared.env.info()
-        psize = int(shared.env.stat()["psize"])
-        used = (int(env_info["last_pgno"]) + 1) * psize
+        psize = shared.psize
+        with self._read() as txn:
+            used = self._used_bytes(txn, shared)
         try:
             file_bytes = (self.path / "data.mdb").stat().st_size
         except OSError:
@@ -1140,8 +1422,10 @@ class CacheStore:
             records=sum(counts.values()),
             file_bytes=int(file_bytes),
             used_bytes=used,
-            max_bytes=int(env_info["map_size"]),
+            max_bytes=int(self.config.max_bytes),
             record_bytes=int(record_bytes),
+            map_bytes=int(env_info["map_size"]),
+            bookkeeping_bytes=BOOKKEEPING_PAGES * psize,
         )
 
     # -- lifecycle --------------------------------------------------------------------
@@ -1165,3 +1449,50 @@ class CacheStore:
             f"shape={self.identity.sample_shape if hasattr(self, 'identity') else '?'}, "
             f"state={self._state.value!r})"
         )
+
+
+def reset_cache(path: str | os.PathLike[str]) -> int:
+    """Delete every record and the metadata of the cache at ``path``.
+
+    For a cache whose metadata is unreadable (:class:`~cache.errors.UnreadableMetaError`),
+    which :meth:`CacheStore.open_existing` refuses: ``dataplane cache clear`` falls back
+    to it. The next :class:`CacheStore` opened there writes new metadata.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The cache directory.
+
+    Returns
+    -------
+    int
+        Records deleted.
+
+    Raises
+    ------
+    CacheError
+        If there is no cache at ``path`` or it cannot be written.
+    """
+    where = Path(path)
+    if where.exists() and not where.is_dir():
+        raise CacheError(f"cache path {where} exists and is not a directory; check the path")
+    shared = _acquire(where, None, create=False)
+    try:
+        if shared.readonly:
+            raise CacheError(f"cannot clear: the cache at {where} is read-only")
+        try:
+            txn = shared.env.begin(write=True)
+            try:
+                count = int(txn.stat(shared.records)["entries"])
+                txn.drop(shared.records, delete=False)
+                txn.delete(META_KEY, db=shared.meta)
+                _commit(txn)
+            except BaseException:
+                txn.abort()
+                raise
+        except lmdb.Error as exc:
+            raise CacheError(f"clearing the cache at {where} failed: {_explain(exc)}") from exc
+        _settle(shared)
+    finally:
+        _release(where, shared)
+    return count

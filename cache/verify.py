@@ -5,6 +5,13 @@ verification checks all of them at once: each record's key, size, header and
 xxh3 checksum, and whether its index and variant are within the cache's
 metadata. Corrupt records are reported as ``(index, variant)``; with
 ``repair=True`` they are deleted so that serving produces and refills them.
+
+Records outside the metadata (variants beyond ``variants`` after the cache was
+reopened with fewer, for example 4 -> 2) are never served but still count
+against ``max_bytes``; they are reported as unused, and ``repair=True``
+deletes them too. Opening a cache with fewer variants keeps them (another
+process may still use the larger setting): ``dataplane cache verify --repair``
+is how they are dropped.
 """
 
 from __future__ import annotations
@@ -33,14 +40,16 @@ class VerifyReport:
     corrupt : list of (int, int)
         ``(index, variant)`` of records that failed, in key order.
     out_of_range : list of (int, int)
-        Valid records whose index or variant lies outside the metadata (left in
-        place; never served).
+        Valid records whose index or variant lies outside the metadata (never
+        served; deleted by ``repair=True``).
     counts : dict of int to int
         Valid records per variant.
     expected : int
         Records of a complete cache (samples x variants).
     repaired : int
         Corrupt records deleted (``repair=True``).
+    dropped_unused : int
+        Records outside the metadata deleted (``repair=True``).
     """
 
     path: str
@@ -51,6 +60,7 @@ class VerifyReport:
     counts: dict[int, int] = dataclasses.field(default_factory=dict)
     expected: int = 0
     repaired: int = 0
+    dropped_unused: int = 0
 
     @property
     def clean(self) -> bool:
@@ -68,6 +78,7 @@ class VerifyReport:
             "counts": {str(k): v for k, v in sorted(self.counts.items())},
             "expected": self.expected,
             "repaired": self.repaired,
+            "dropped_unused": self.dropped_unused,
             "clean": self.clean,
         }
 
@@ -85,7 +96,8 @@ def verify(
     store : CacheStore
         An open cache.
     repair : bool
-        Delete corrupt records (they are refilled when next needed).
+        Delete corrupt records (they are refilled when next needed) and records
+        outside the metadata (:attr:`VerifyReport.out_of_range`).
     progress : callable, optional
         Called with the number of records checked since the last call.
 
@@ -135,6 +147,8 @@ def verify(
     store.visit(check)
     if progress is not None and pending:
         progress(pending)
+    if repair and report.out_of_range:
+        report.dropped_unused = store.drop(report.out_of_range)
     if repair and report.corrupt:
         pairs = [p for p in report.corrupt if p != (-1, -1)]
         report.repaired = store.drop(pairs)

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cache import CacheConfig, CacheError, CacheStore, FillMode, verify
+from cache import CacheConfig, CacheError, CacheStore, FillMode, UnreadableMetaError, verify
+from cache.store import reset_cache
 
 if TYPE_CHECKING:
     from dataplane.loader import Loader
@@ -88,11 +89,19 @@ def info_command(path: Path, as_json: bool) -> None:
 
 @cache_group.command("verify")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--repair", is_flag=True, help="Delete corrupt records (they are refilled).")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Delete corrupt records (they are refilled) and records outside the metadata.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def verify_command(path: Path, repair: bool, as_json: bool, progress: bool) -> None:
-    """Check every record's checksum; exit status 1 when corrupt records are found."""
+    """Check every record's checksum; exit status 1 when corrupt records are found.
+
+    Records outside the metadata (variants left from a run with more variants)
+    are reported as unused; ``--repair`` deletes them along with corrupt ones.
+    """
     from tqdm import tqdm
 
     with _open(path) as store:
@@ -111,7 +120,14 @@ def verify_command(path: Path, repair: bool, as_json: bool, progress: bool) -> N
         f"complete   {report.ok} / {report.expected}",
     ]
     if report.out_of_range:
-        lines.append(f"unused     {len(report.out_of_range)} records outside the metadata")
+        lines.append(
+            f"unused     {len(report.out_of_range)} records outside the metadata (never served)"
+            + (
+                f": {report.dropped_unused} deleted"
+                if repair
+                else "; run again with --repair to delete them"
+            )
+        )
     for index, variant in report.corrupt[:20]:
         lines.append(f"corrupt    index {index} variant {variant}")
     if len(report.corrupt) > 20:
@@ -132,8 +148,32 @@ def verify_command(path: Path, repair: bool, as_json: bool, progress: bool) -> N
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def clear_command(path: Path, yes: bool, as_json: bool) -> None:
-    """Delete every record of a cache (its metadata stays; pages are reused)."""
-    with _open(path) as store:
+    """Delete every record of a cache (its metadata stays; pages are reused).
+
+    A cache whose metadata is unreadable loses its metadata too; the next run
+    writes it again.
+    """
+    try:
+        store = CacheStore.open_existing(path)
+    except UnreadableMetaError as exc:
+        if not yes:
+            click.confirm(
+                f"{exc}\ndelete all records and the metadata of the cache at {path}?", abort=True
+            )
+        try:
+            deleted = reset_cache(path)
+        except CacheError as err:
+            raise click.ClickException(str(err)) from err
+        _emit(
+            as_json,
+            {"path": str(path), "deleted": deleted, "metadata_deleted": True},
+            f"cleared {path}: {deleted} records and the unreadable metadata deleted (the next "
+            "run writes new metadata)",
+        )
+        return
+    except CacheError as exc:
+        raise click.ClickException(str(exc)) from exc
+    with store:
         count = store.count()
         if not yes:
             click.confirm(f"delete all {count} records of the cache at {path}?", abort=True)
@@ -143,7 +183,7 @@ def clear_command(path: Path, yes: bool, as_json: bool) -> None:
             raise click.ClickException(str(exc)) from exc
     _emit(
         as_json,
-        {"path": str(path), "deleted": deleted},
+        {"path": str(path), "deleted": deleted, "metadata_deleted": False},
         f"cleared {path}: {deleted} records deleted (the file keeps its size; delete the "
         "directory to free the disk space)",
     )
