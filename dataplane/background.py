@@ -20,12 +20,19 @@ Lifecycle
    items produced before it.
 4. :meth:`close` (also at the end of the pass, on ``break`` and on garbage
    collection) stops and joins the worker; it is idempotent.
+5. At interpreter exit, producers still running are closed by
+   :func:`close_all_at_exit` (registered by the DALI producer once DALI is
+   imported, so that it runs before DALI shuts its pipelines down: a worker
+   thread still inside DALI at that point aborts the process).
 """
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import queue
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +47,33 @@ class _Failure:
 
 
 _DONE = object()
+
+#: Producers whose worker was started, by start order (outer producers first: a
+#: cache-backed producer starts before the fresh producer its worker iterates).
+_LIVE: weakref.WeakValueDictionary[int, BackgroundProducer] = weakref.WeakValueDictionary()
+_STARTS = itertools.count()
+_EXIT_HOOK_LOCK = threading.Lock()
+_exit_hook_registered = False
+
+
+def close_all_at_exit() -> None:
+    """Close every producer whose worker may still run (stops and joins the workers,
+    which releases their pipelines). Idempotent."""
+    for _, producer in sorted(_LIVE.items()):
+        producer.close()
+
+
+def register_exit_hook() -> None:
+    """Register :func:`close_all_at_exit` with :mod:`atexit`, once.
+
+    Hooks run last-registered first: call this after importing a library whose
+    own exit hook must find the workers stopped (DALI's ``_shutdown_pipelines``).
+    """
+    global _exit_hook_registered
+    with _EXIT_HOOK_LOCK:
+        if not _exit_hook_registered:
+            atexit.register(close_all_at_exit)
+            _exit_hook_registered = True
 
 
 class BackgroundProducer:
@@ -99,6 +133,7 @@ class BackgroundProducer:
         if self._thread is not None:
             raise RuntimeError(f"a {type(self).__name__} iterates once; create a new one")
         self._thread = threading.Thread(target=self._work, name=self._thread_name, daemon=True)
+        _LIVE[next(_STARTS)] = self
         self._thread.start()
         try:
             while True:

@@ -60,6 +60,9 @@ On failure
   ``CacheWarning`` is issued and the loader stops using the cache.
 * A corrupt record is never served: it counts as a miss, is produced fresh and
   refilled (the store drops the bad record in its next write).
+* A batch all of whose samples are skipped (corrupt sources, ``on_corrupt="skip"``)
+  is made of the next samples of the pass instead, produced fresh, as without a
+  cache (:mod:`dataplane.dali_producer`); it is never yielded empty.
 """
 
 from __future__ import annotations
@@ -436,6 +439,8 @@ class CachedBatchProducer(BackgroundProducer):
             self.stats.corrupt += store.stats.corrupt - corrupt_before
             fresh = self._next_fresh(request.position) if k in planned else None
             batch, held = self._assemble(request, buffer, found, planned.get(k), fresh)
+            if batch.indices.size == 0 and batch.skipped:
+                batch, held = self._replace_empty(k, batch), False
             held = held and not self._own_batches
             if held:
                 batch = dataclasses.replace(batch, shared=True)
@@ -547,6 +552,32 @@ class CachedBatchProducer(BackgroundProducer):
             images = images[torch.from_numpy(keep).to(images.device)]
             idx = idx[keep]
         return ProducedBatch(request.position, images, idx, tuple(skipped)), held
+
+    def _replace_empty(self, k: int, batch: ProducedBatch) -> ProducedBatch:
+        """Request ``k`` lost every sample (corrupt sources): like the DALI producer, make
+        the batch of the next samples of the pass (wrapping around), produced fresh;
+        ``batch`` unchanged (empty) if none can be produced."""
+        skipped = {s.index for s in batch.skipped}
+        want = int(self._requests[k].indices.size)
+        chosen: list[int] = []
+        n = len(self._requests)
+        for step in range(1, n):
+            for i in self._requests[(k + step) % n].indices.tolist():
+                if i not in skipped and i not in chosen:
+                    chosen.append(i)
+                if len(chosen) == want:
+                    break
+            if len(chosen) == want:
+                break
+        if not chosen:
+            return batch
+        produced = self._produce_now(
+            BatchRequest(batch.position, np.asarray(chosen, dtype=np.int64))
+        )
+        if produced.indices.size == 0:
+            return batch
+        self.stats.fresh += int(produced.indices.size)
+        return ProducedBatch(batch.position, produced.images, produced.indices, batch.skipped)
 
     def _produce_now(self, request: BatchRequest) -> ProducedBatch:
         """Produce one batch fresh at once (samples the cache was expected to hold)."""

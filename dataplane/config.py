@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from dataplane.errors import ConfigError
-from dataplane.plan import LastBatchPolicy
+from dataplane.plan import MAX_SEED, LastBatchPolicy
 from dataplane.producer import OnCorrupt, ProducerFactory
 
 
@@ -81,6 +81,12 @@ class LoaderConfig:
         if not isinstance(shuffle, bool):
             raise ConfigError(f"shuffle must be True or False, not {shuffle!r}")
         seed = _int("seed", seed, minimum=0, hint="use the same non-negative seed on every rank")
+        if seed >= MAX_SEED:
+            raise ConfigError(
+                f"seed must be < 2**48 ({MAX_SEED}), got {seed}; the epoch order uses the "
+                f"seed's low 48 bits, so pass a seed in 0..2**48-1, e.g. seed % 2**48 (the "
+                "same on every rank)"
+            )
         last_batch = _enum("last_batch", LastBatchPolicy, last_batch)
         on_corrupt = _enum("on_corrupt", OnCorrupt, on_corrupt)
         if num_threads is None:

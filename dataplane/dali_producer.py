@@ -28,7 +28,8 @@ decoders); one stopped early or failed is released. Augmentation randomness
 therefore continues from pass to pass: batch order and content follow the plan
 exactly, while the random crops of a resumed run differ from the original's.
 :meth:`DaliBatchProducer.close` (also run when the consumer stops early or is
-garbage-collected) stops and joins the worker, which releases its threads.
+garbage-collected, and at interpreter exit, before DALI's own exit hook) stops and
+joins the worker, which releases its threads.
 
 On failure
 ----------
@@ -40,7 +41,9 @@ decodes the failed batch's samples one by one with a one-sample pipeline to
 find the culprit(s): under ``OnCorrupt.RAISE`` it raises
 :class:`~dataplane.errors.DataError` naming the first one (index and file);
 under ``OnCorrupt.SKIP`` it leaves them out, rebuilds the pipeline and resumes at
-the failed batch. A failure that no single sample explains is re-raised as
+the failed batch. A batch left without any sample is never yielded empty: it is
+made of the next valid samples of the pass instead (see ``_Feeder._replacements``).
+A failure that no single sample explains is re-raised as
 :class:`~dataplane.errors.PipelineError`. A file that cannot be read (``OSError``)
 is treated like a corrupt sample. Nothing is ever written to the source.
 """
@@ -56,8 +59,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dataplane.background import BackgroundProducer
-from dataplane.errors import DataError, PipelineError
+from dataplane.background import BackgroundProducer, register_exit_hook
+from dataplane.errors import SKIP_HINT, DataError, PipelineError
 from dataplane.producer import (
     BatchRequest,
     OnCorrupt,
@@ -74,12 +77,26 @@ logger = logging.getLogger(__name__)
 
 
 def _dali_reason(exc: BaseException) -> str:
-    """The informative line of a DALI error message."""
+    """The informative line of a DALI error message.
+
+    DALI's message names the failing operator, then (after ``encountered:``) what
+    went wrong, e.g. ``Failed to decode sample #0 :``; the reason is the latter, with
+    the operator, and without the sample's position in DALI's batch.
+    """
     text = str(exc)
-    for pattern in (r"nvImageCodec failure[^\n]*", r"Error in [^\n]*", r"[^\n]*[Ee]rror[^\n]*"):
+    match = re.search(r"nvImageCodec failure[^\n]*", text)
+    if match:
+        return match.group(0).strip()
+    operator = re.search(r"Error in [A-Z]+ operator `([^`]+)`", text)
+    match = re.search(r"encountered:\s*\n\s*([^\n]+)", text)
+    if match:
+        detail = re.sub(r"\s*#\d+\s*:?\s*$", "", match.group(1).strip()).rstrip(" :.")
+        if detail and not detail.startswith("Current pipeline object"):
+            return f"{detail} (in {operator.group(1)})" if operator else detail
+    for pattern in (r"Error in [^\n]*", r"[^\n]*[Ee]rror[^\n]*"):
         match = re.search(pattern, text)
         if match:
-            return match.group(0).strip()
+            return match.group(0).strip().rstrip(",")
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
@@ -141,16 +158,7 @@ class _Feeder:
             for i, raw in zip(self._requests[k].indices.tolist(), raws, strict=True):
                 if i in self._excluded:
                     continue
-                try:
-                    if isinstance(raw, BaseException):
-                        raise raw
-                    reason = None
-                    if self._checked is None or not self._checked[i]:
-                        reason = check_encoded(raw)
-                        if reason is None and self._checked is not None:
-                            self._checked[i] = True
-                except OSError as exc:
-                    raw, reason = b"", f"unreadable: {exc}"
+                raw, reason = self._check(i, raw)
                 if reason is not None:
                     path = self._source.describe(i)
                     if self._on_corrupt is OnCorrupt.RAISE:
@@ -159,8 +167,7 @@ class _Feeder:
                             k,
                             DataError(
                                 f"cannot {verb} sample {i} ({path}): {reason}. Fix or remove "
-                                "the file, or pass on_corrupt='skip' to skip and count corrupt "
-                                "samples",
+                                f"the file, or {SKIP_HINT}",
                                 index=i,
                                 path=path,
                             ),
@@ -170,10 +177,70 @@ class _Feeder:
                     continue
                 indices.append(i)
                 data.append(np.frombuffer(raw, dtype=np.uint8))
+            if not data and self._on_corrupt is OnCorrupt.SKIP:
+                indices, data = self._replacements(k)
             if data:
                 self.in_flight.append((k, np.asarray(indices, dtype=np.int64), data))
                 return data
         raise StopIteration
+
+    def _check(self, i: int, raw: bytes | BaseException) -> tuple[bytes, str | None]:
+        """``(bytes, None)`` for a well-formed sample ``i``, ``(_, reason)`` otherwise."""
+        try:
+            if isinstance(raw, BaseException):
+                raise raw
+            if self._checked is None or not self._checked[i]:
+                reason = check_encoded(raw)
+                if reason is None and self._checked is not None:
+                    self._checked[i] = True
+                return raw, reason
+            return raw, None
+        except OSError as exc:
+            return b"", f"unreadable: {exc}"
+
+    def _replacements(self, k: int) -> tuple[list[int], list[np.ndarray]]:
+        """Samples standing in for request ``k``, every sample of which was skipped.
+
+        A batch is never empty (an empty batch gives a NaN loss): it is made of the
+        next valid samples of the pass, in planned order from request ``k + 1`` on
+        (wrapping around to the pass's first), repeated if need be to the request's
+        size. Only this rank's requests are used, so every rank still yields one
+        batch per request. None found: ``([], [])``, and the batch stays empty.
+        """
+        want = int(self._requests[k].indices.size)
+        indices: list[int] = []
+        data: list[np.ndarray] = []
+        n = len(self._requests)
+        for step in range(1, n):
+            for i in self._requests[(k + step) % n].indices.tolist():
+                if i in self._excluded or i in indices:
+                    continue
+                raw, reason = self._check(i, self._read_one(i))
+                if reason is not None:  # reported with its own batch, if still due
+                    self._excluded[i] = SkippedSample(i, self._source.describe(i), reason)
+                    continue
+                indices.append(i)
+                data.append(np.frombuffer(raw, dtype=np.uint8))
+                if len(indices) == want:
+                    break
+            if len(indices) == want:
+                break
+        if indices:
+            logger.info(
+                "every sample of batch %d was skipped; it holds samples %s of the pass instead",
+                int(self._requests[k].position),
+                indices,
+            )
+        while indices and len(indices) < want:
+            extra = min(want - len(indices), len(indices))
+            indices, data = indices + indices[:extra], data + data[:extra]
+        return indices, data
+
+    def _read_one(self, i: int) -> bytes | BaseException:
+        try:
+            return self._source.read(i)  # type: ignore[no-any-return]
+        except Exception as exc:  # noqa: BLE001 - judged by _check, like a read-ahead failure
+            return exc
 
     def _read(self, k: int) -> list[bytes | BaseException]:
         """Bytes of request ``k`` (read ahead, or now); starts reading request ``k + 1``."""
@@ -217,6 +284,12 @@ class DaliBatchProducer(BackgroundProducer):
     """
 
     def __init__(self, context: ProducerContext, requests: Sequence[BatchRequest]) -> None:
+        import nvidia.dali.pipeline  # noqa: F401 - registers DALI's exit hook first
+
+        # Exit hooks run last-registered first: producers still running at exit are
+        # closed before DALI shuts its pipelines down under their worker threads
+        # (which aborts the process).
+        register_exit_hook()
         self._ctx = context
         self._requests = list(requests)
         self._excluded: dict[int, SkippedSample] = {}
@@ -338,7 +411,7 @@ class DaliBatchProducer(BackgroundProducer):
                 if self._ctx.on_corrupt is OnCorrupt.RAISE:
                     raise DataError(
                         f"cannot decode sample {i} ({path}): {reason}. Fix or remove the file, "
-                        "or pass on_corrupt='skip' to skip and count corrupt samples",
+                        f"or {SKIP_HINT}",
                         index=i,
                         path=path,
                     ) from error

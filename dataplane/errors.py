@@ -21,6 +21,18 @@ class DatasetError(DataplaneError):
     """A dataset is missing, empty or malformed (for example, labels out of range)."""
 
 
+#: How a :class:`DataError` message says to skip corrupt samples (Python API) ...
+SKIP_HINT = "pass on_corrupt='skip' to skip and count corrupt samples"
+#: ... and how a command line says it (``dataplane iterate --on-corrupt skip``).
+CLI_SKIP_HINT = "pass --on-corrupt skip to skip and count corrupt samples"
+
+
+def cli_message(error: BaseException) -> str:
+    """``error``'s message for a command line: the Python-API hint of a
+    :class:`DataError` is replaced by the ``--on-corrupt skip`` option."""
+    return str(error).replace(SKIP_HINT, CLI_SKIP_HINT)
+
+
 class DataError(DataplaneError):
     """A sample could not be read or decoded (corrupt or truncated image).
 

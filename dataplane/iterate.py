@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from dataplane.errors import DataplaneError
+from dataplane.errors import DataplaneError, cli_message
 
 
 def peak_rss_bytes() -> int:
@@ -47,7 +47,7 @@ def peak_rss_bytes() -> int:
     help="DALI threads [default: available cores].",
 )
 @click.option("--shuffle/--no-shuffle", default=True, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0, max=2**48 - 1), default=0, show_default=True)
 @click.option(
     "--on-corrupt", type=click.Choice(["raise", "skip"]), default="raise", show_default=True
 )
@@ -93,7 +93,7 @@ def iterate_command(
                 images += int(x.shape[0])
                 batches += 1
         except DataplaneError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(cli_message(exc)) from exc
         seconds = time.perf_counter() - start
         stats = loader.last_epoch_stats
         skipped = f", skipped {stats.num_skipped}" if stats and stats.num_skipped else ""

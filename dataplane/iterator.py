@@ -8,6 +8,11 @@ advances the loader's cursor after each batch, and reports the epoch's counts at
 the end. It stops cleanly when :meth:`close` is called or when it is
 garbage-collected (a ``for`` loop left with ``break``): the producer's threads are
 released.
+
+A loader has one live iterator at a time: a new ``iter(loader)``, ``set_epoch``
+or ``load_state_dict`` closes the current one with :meth:`supersede`, after which
+its ``__next__`` raises ``RuntimeError`` (an exhausted iterator, or one closed by
+the user or by ``loader.close()``, raises ``StopIteration``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dataplane.errors import CorruptSampleWarning
+from dataplane.errors import CorruptSampleWarning, DataError, PipelineError
 from dataplane.producer import BatchProducer, ProducedBatch
 from dataplane.stats import EpochStats
 
@@ -31,6 +36,13 @@ if TYPE_CHECKING:
     from preprocessing import Recipe
 
 logger = logging.getLogger(__name__)
+
+SUPERSEDED_MESSAGE = (
+    "this Loader iterator was closed by a new iter(loader) or set_epoch() (or "
+    "load_state_dict()); a Loader has one live iterator at a time: finish or close() a "
+    "pass before starting the next, call set_epoch() between passes, and use a second "
+    "Loader for a second consumer"
+)
 
 
 @dataclasses.dataclass
@@ -83,6 +95,7 @@ class LoaderIterator:
         self._normalize = normalize
         self._stats = EpochStats(epoch=cursor.epoch)
         self._started: float | None = None
+        self._superseded = False
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -93,6 +106,8 @@ class LoaderIterator:
         from preprocessing import normalize
 
         if self._batches is None:
+            if self._superseded:
+                raise RuntimeError(SUPERSEDED_MESSAGE)
             raise StopIteration
         if self._started is None:
             self._started = time.perf_counter()
@@ -104,6 +119,9 @@ class LoaderIterator:
         except BaseException:
             self.close()
             raise
+        if produced.indices.size == 0:
+            self.close()
+            raise self._empty_batch_error(produced)
         if self._normalize:
             images = normalize(produced.images, self._recipe)
         elif produced.shared:  # the producer reuses this buffer: one copy, with numpy on
@@ -124,6 +142,24 @@ class LoaderIterator:
         self._cursor.position = produced.position + 1
         return images, labels
 
+    def _empty_batch_error(self, produced: ProducedBatch) -> Exception:
+        """The error for a batch without samples (a training step would give NaN)."""
+        skipped = list(produced.skipped) or self._stats.skipped[-3:]
+        where = f"batch {produced.position} of epoch {self._stats.epoch}"
+        if not skipped:
+            return PipelineError(
+                f"the producer yielded {where} without any sample; a producer must yield at "
+                "least one sample per batch"
+            )
+        shown = ", ".join(f"{s.index} ({s.path}: {s.reason})" for s in skipped[:3])
+        more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        return DataError(
+            f"every sample of {where} is corrupt or unreadable ({shown}{more}) and no valid "
+            "sample of the pass is left to stand in for them; fix or remove the files",
+            index=skipped[0].index,
+            path=skipped[0].path,
+        )
+
     def _finish(self) -> None:
         stats = self._stats
         stats.seconds = time.perf_counter() - (self._started or time.perf_counter())
@@ -139,6 +175,13 @@ class LoaderIterator:
             logger.warning(message)
             warnings.warn(message, CorruptSampleWarning, stacklevel=3)
         self._on_end(stats)
+
+    def supersede(self) -> None:
+        """Close on behalf of the loader, which starts another pass: a later
+        ``__next__`` raises ``RuntimeError`` (no-op once finished or closed)."""
+        if self._batches is not None:
+            self._superseded = True
+            self.close()
 
     def close(self) -> None:
         """Stop: release the producer (and its threads). Idempotent."""

@@ -51,22 +51,44 @@ def _as_source(data: Any) -> Source:
     )
 
 
-def _infer_image_shape(source: Source) -> tuple[int, int]:
-    """(size, channels) of the first readable sample: shorter side, 1 if grayscale else 3."""
+#: Samples :func:`_infer_image_shape` opens at most, spread over the dataset.
+SHAPE_PROBES = 16
+
+
+def _infer_image_shape(source: Source, labels: np.ndarray | None = None) -> tuple[int, int]:
+    """(size, channels) inferred from a few samples' headers (no pixels are decoded).
+
+    Size: the shorter side of the first readable sample in index order. Channels: 3
+    if any of the probed samples is in colour, else 1. Probed: up to
+    :data:`SHAPE_PROBES` samples spread evenly over the dataset (the first included)
+    and the first sample of each of up to :data:`SHAPE_PROBES` classes.
+    """
     from PIL import Image, UnidentifiedImageError
 
-    for index in range(min(len(source), 16)):
+    n = len(source)
+    probes = set(np.linspace(0, n - 1, num=min(n, SHAPE_PROBES)).round().astype(int).tolist())
+    if labels is not None and labels.size:
+        probes.update(np.unique(labels, return_index=True)[1][:SHAPE_PROBES].tolist())
+    size: int | None = None
+    channels = 1
+    for index in sorted(probes):
         try:
             with Image.open(io.BytesIO(source.read(index))) as image:
                 width, height = image.size
-                channels = 1 if image.mode in ("1", "L", "I", "I;16", "F") else 3
-                return min(width, height), channels
+                colour = image.mode not in ("1", "L", "I", "I;16", "F")
         except (OSError, UnidentifiedImageError, ValueError):
             continue
-    raise DatasetError(
-        "cannot infer the image size from the first samples (unreadable); pass size= and "
-        "channels= to the Loader"
-    )
+        if size is None:
+            size = min(width, height)
+        if colour:
+            channels = 3
+            break
+    if size is None:
+        raise DatasetError(
+            f"cannot infer the image size: none of {len(probes)} samples spread over the "
+            "dataset could be read as an image; pass size= and channels= to the Loader"
+        )
+    return size, channels
 
 
 class Loader:
@@ -84,14 +106,17 @@ class Loader:
         ``"train"``, ``"eval"``, a custom registered name, or a Recipe.
     size : int, optional
         Output side in pixels. Default: the recipe's size for a Recipe, else the
-        shorter side of the dataset's first image.
+        shorter side of the dataset's first (readable) image.
     channels : {1, 3}, optional
-        Output channels. Default: the recipe's for a Recipe, else 1 for a
-        grayscale dataset and 3 otherwise.
+        Output channels. Default: the recipe's for a Recipe, else 3 if any of up to
+        16 samples spread over the dataset, or the first sample of a class, is in
+        colour, and 1 otherwise (a grayscale image among colour ones is expanded
+        to 3 channels). Pass ``channels=`` when colour images are rare.
     shuffle : bool
         A new order every epoch, from ``(seed, epoch)``.
     seed : int
-        Seed of the order and of augmentation (same on all ranks).
+        Seed of the order and of augmentation (same on all ranks), in
+        ``0 <= seed < 2**48``.
     last_batch : LastBatchPolicy or {"drop", "partial", "pad"}
         Handling of the last incomplete batch; see :mod:`dataplane.plan`.
     device : {"cpu", "cuda"} or None
@@ -107,7 +132,12 @@ class Loader:
     on_corrupt : {"raise", "skip"}
         A corrupt or unreadable image raises ``DataError`` (naming index and file)
         or is skipped, counted in :attr:`last_epoch_stats` and reported with a
-        ``CorruptSampleWarning`` at epoch end.
+        ``CorruptSampleWarning`` at epoch end. A batch with skipped samples is
+        yielded shorter, never empty: a batch all of whose samples are skipped
+        holds the next valid samples of the epoch on this rank instead (repeated
+        up to the batch size if fewer remain), so ``len(loader)`` and the number
+        of batches on every rank are unchanged. If no valid sample is left to
+        stand in, iterating raises ``DataError`` naming the skipped files.
     producer : callable, optional
         Advanced: a :data:`~dataplane.producer.ProducerFactory` replacing the
         default DALI producer (with ``cache=``, it produces the cache misses).
@@ -127,6 +157,16 @@ class Loader:
         (or as cached), for a training step that normalizes them itself, e.g. on
         the GPU with :func:`preprocessing.normalize` or inside the model; on a CPU
         this skips writing 4 bytes per pixel, the largest cost of serving a cache.
+
+    Notes
+    -----
+    A Loader has one live iterator at a time, unlike ``torch.utils.data.DataLoader``:
+    ``iter(loader)`` (a ``for`` loop), :meth:`set_epoch` and :meth:`load_state_dict`
+    close the pass in progress, and the closed iterator's next ``__next__`` raises
+    ``RuntimeError`` rather than ending early without a sign. A full pass, a pass
+    left with ``break``, a peek with ``next(iter(loader))`` or :meth:`close` all
+    leave the loader ready for the next ``iter(loader)``. For two consumers at once
+    (e.g. ``zip``), build two Loaders.
 
     Raises
     ------
@@ -149,7 +189,8 @@ class Loader:
     With the augmented-sample cache (4 variants reused in turn)::
 
         train = Loader("data/fmnist/train", batch_size=256, recipe="train", seed=0,
-                       cache=CacheConfig("cache/fmnist-train", variants=4, max_bytes=8 << 30))
+                       cache=CacheConfig("data/cache/fmnist-train", variants=4,
+                                         max_bytes=8 << 30))
     """
 
     def __init__(
@@ -214,16 +255,16 @@ class Loader:
             raise DatasetError(
                 f"the dataset {self.source!r} is empty; it needs at least one sample"
             )
+        self._labels = self._load_labels()
         try:
             if isinstance(recipe, str) and (size is None or channels is None):
-                inferred_size, inferred_channels = _infer_image_shape(self.source)
+                inferred_size, inferred_channels = _infer_image_shape(self.source, self._labels)
                 size = inferred_size if size is None else size
                 channels = inferred_channels if channels is None else channels
             self.recipe: Recipe = make_recipe(recipe, size=size, channels=channels)
             self.device: Device = resolve_device(device)
         except PreprocessingError as exc:
             raise ConfigError(str(exc)) from exc
-        self._labels = self._load_labels()
         self.plan = EpochPlan(
             num_samples=n,
             batch_size=self.config.batch_size,
@@ -351,7 +392,11 @@ class Loader:
         """The loader's position: epoch and number of batches already yielded in it.
 
         Save it with the model checkpoint; :meth:`load_state_dict` on a loader
-        with the same settings resumes with exactly the remaining batches.
+        with the same settings resumes with exactly the remaining batches: the same
+        samples, in the same order. Their random augmentation is drawn afresh: DALI keeps
+        its random state inside the pipeline, which is reused from pass to pass and cannot
+        be saved, so a resumed pass draws from a new seed (a function of seed, epoch, rank
+        and position) where the uninterrupted one went on drawing.
         """
         return {
             "version": STATE_VERSION,
@@ -381,18 +426,34 @@ class Loader:
                     f"loader has {key}={value!r}; build the loader with the same settings"
                 )
         epoch, done = state.get("epoch"), state.get("batches_done")
-        if not isinstance(epoch, int) or not isinstance(done, int) or not 0 <= done <= len(self):
-            raise ConfigError(f"malformed loader state: epoch={epoch!r}, batches_done={done!r}")
+        if (
+            isinstance(epoch, bool)
+            or not isinstance(epoch, int)
+            or epoch < 0
+            or isinstance(done, bool)
+            or not isinstance(done, int)
+            or not 0 <= done <= len(self)
+        ):
+            raise ConfigError(
+                f"malformed loader state: epoch={epoch!r}, batches_done={done!r}; epoch must "
+                f"be a non-negative int and batches_done an int in 0..{len(self)}: pass what "
+                "Loader.state_dict() returned"
+            )
         self._close_active()
         self._resume = (epoch, done)
         self._cursor.epoch = epoch
         self._cursor.position = done
 
     # -- iteration -------------------------------------------------------------------
-    def _close_active(self) -> None:
+    def _close_active(self, *, superseded: bool = True) -> None:
+        """Close the live iterator; ``superseded``: a new pass or position replaces it,
+        so its next ``__next__`` raises instead of ending quietly."""
         active = self._active() if self._active is not None else None
         if active is not None:
-            active.close()
+            if superseded:
+                active.supersede()
+            else:
+                active.close()
         self._active = None
 
     def _augmentation_seed(self, epoch: int, start: int) -> int:
@@ -450,7 +511,8 @@ class Loader:
     def _end_epoch(self, stats: EpochStats, cache_stats: CacheStats | None = None) -> None:
         stats.cache = cache_stats
         if self._cache is not None:
-            self._cache.end_pass(cache_stats or CacheStats(variant=stats.epoch % self._cache.variants))
+            variant = stats.epoch % self._cache.variants
+            self._cache.end_pass(cache_stats or CacheStats(variant=variant))
         self.last_epoch_stats = stats
         if self._cursor.epoch == stats.epoch:
             self._cursor.epoch = stats.epoch + 1
@@ -462,7 +524,7 @@ class Loader:
         With ``cache=``: the filler writes what is queued and stops; the cache is
         released (a later pass opens it again).
         """
-        self._close_active()
+        self._close_active(superseded=False)
         self._producer_state.clear()
         if self._cache is not None:
             self._cache.close()

@@ -59,6 +59,10 @@ class LastBatchPolicy(str, enum.Enum):
     PAD = "pad"
 
 
+#: Seeds are below this bound: the order is drawn from the seed's low 48 bits.
+MAX_SEED = 2**48
+
+
 @dataclasses.dataclass(frozen=True)
 class EpochPlan:
     """The order, shard and batches of every epoch for one rank.
@@ -72,7 +76,9 @@ class EpochPlan:
     shuffle : bool
         Permute the order each epoch.
     seed : int
-        Seed of the permutation (must be equal on all ranks).
+        Seed of the permutation (must be equal on all ranks), in ``0 <= seed <
+        2**48`` (:data:`MAX_SEED`): the order uses the seed's low 48 bits, so larger
+        seeds are refused rather than silently sharing an order.
     rank, world_size : int
         This rank and the number of ranks (``0 <= rank < world_size``).
     last_batch : LastBatchPolicy
@@ -92,6 +98,8 @@ class EpochPlan:
             raise ValueError(f"num_samples must be positive, got {self.num_samples}")
         if self.batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {self.batch_size}")
+        if not 0 <= self.seed < MAX_SEED:
+            raise ValueError(f"need 0 <= seed < 2**48, got {self.seed}")
         if self.world_size <= 0 or not 0 <= self.rank < self.world_size:
             raise ValueError(f"need 0 <= rank < world_size, got {self.rank}, {self.world_size}")
         object.__setattr__(self, "last_batch", LastBatchPolicy(self.last_batch))

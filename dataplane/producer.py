@@ -26,7 +26,10 @@ tensor before that.
 Failure contract: a sample that cannot be read or decoded raises
 :class:`dataplane.errors.DataError` (naming index and file) under
 ``OnCorrupt.RAISE``; under ``OnCorrupt.SKIP`` it is left out of its batch and
-listed in :attr:`ProducedBatch.skipped`. Other failures raise
+listed in :attr:`ProducedBatch.skipped`. A batch that would be left empty holds
+other samples of the pass instead (the built-in producers take the next valid
+ones); the loader's iterator raises ``DataError`` on an empty batch. Other
+failures raise
 :class:`dataplane.errors.DataplaneError` subclasses.
 """
 

@@ -346,7 +346,8 @@ class ParquetSource:
                 if column not in names:
                     raise DatasetError(
                         f"Parquet file {file} has no column {column!r} (columns: "
-                        f"{', '.join(names)}); pass image_column=/label_column="
+                        f"{', '.join(names)}); name the columns with "
+                        "Loader(ParquetSource(path, image_column=..., label_column=...))"
                     )
             if not pa.types.is_binary(pf.schema_arrow.field(image_column).type) and not (
                 pa.types.is_large_binary(pf.schema_arrow.field(image_column).type)
@@ -355,7 +356,15 @@ class ParquetSource:
                     f"column {image_column!r} of {file} must hold encoded image bytes "
                     f"(binary), found {pf.schema_arrow.field(image_column).type}"
                 )
-            labels = pf.read(columns=[label_column]).column(0).to_numpy()
+            column_data = pf.read(columns=[label_column]).column(0)
+            if column_data.null_count:
+                first = int(np.flatnonzero(column_data.is_null().to_numpy(zero_copy_only=False))[0])
+                raise DatasetError(
+                    f"label column {label_column!r} of {file} has {column_data.null_count} null "
+                    f"value(s) (first at row {first}); every row needs an integer label: fill "
+                    "or drop the rows without one"
+                )
+            labels = column_data.to_numpy()
             label_parts.append(np.asarray(labels))
             self._offsets.append(self._offsets[-1] + len(labels))
             metadata = pf.schema_arrow.metadata or {}
@@ -421,9 +430,9 @@ class ParquetSource:
 def open_source(path: str | os.PathLike[str]) -> Source:
     """Open the dataset at ``path``, detecting its kind.
 
-    A ``.parquet`` file, or a folder holding ``*.parquet`` files and no class
-    sub-folders, opens as :class:`ParquetSource`; any other folder as
-    :class:`ImageFolderSource`.
+    A ``.parquet`` file, or a folder holding ``*.parquet`` files (at any depth)
+    and no class sub-folders of images, opens as :class:`ParquetSource`; any other
+    folder as :class:`ImageFolderSource`.
 
     Raises
     ------
@@ -443,13 +452,16 @@ def open_source(path: str | os.PathLike[str]) -> Source:
             f"{p} is a file but not a .parquet file; give an image folder (one sub-folder per "
             "class), a Parquet file or folder, or a FileListSource"
         )
-    has_parquet = any(p.glob("*.parquet")) or any(p.glob("*/*.parquet"))
     has_images_in_subdirs = any(
         child.is_dir()
         and not child.name.startswith(".")
         and any(f.suffix.lower() in IMAGE_EXTENSIONS for f in child.iterdir())
         for child in p.iterdir()
     )
-    if has_parquet and not has_images_in_subdirs:
+    if has_images_in_subdirs:
+        return ImageFolderSource(p)
+    # At any depth (e.g. hive-partitioned ``split=train/shard=0/part-0.parquet``), as
+    # ParquetSource reads them; the walk stops at the first file found.
+    if next((f for f in p.rglob("*.parquet") if f.is_file()), None) is not None:
         return ParquetSource(p)
     return ImageFolderSource(p)

@@ -5,8 +5,10 @@ failure on the CPU can corrupt the process's memory (observed as segmentation
 faults shortly after). So the producer checks each sample's *structure* first,
 without decoding pixels: Pillow identifies the format and parses the header; for
 PNG it verifies every chunk's CRC (catches truncation and garbled bytes); for
-JPEG it also requires the end-of-image marker (catches truncation). A sample is
-checked once per loader (the result is remembered).
+JPEG it also requires an end-of-image marker after the start-of-image one
+(catches truncation; bytes after it, such as appended metadata, are allowed, as
+decoders ignore them). A sample is checked once per loader (the result is
+remembered).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def check_encoded(data: bytes) -> str | None:
             width, height = image.size
             if width <= 0 or height <= 0:
                 return f"{fmt} with no pixels ({width}x{height})"
-            if fmt == "JPEG" and data.rstrip(b"\0")[-2:] != b"\xff\xd9":
+            if fmt == "JPEG" and data.rfind(b"\xff\xd9") <= 2:
                 return "truncated JPEG (no end-of-image marker)"
             if fmt == "PNG":
                 image.verify()
