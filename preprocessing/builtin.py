@@ -6,17 +6,19 @@
     optional DALI RandAugment
     (:func:`nvidia.dali.auto_aug.rand_augment.rand_augment`), random horizontal
     flip, CHW uint8 output. Options: ``area`` (fraction of the image area kept,
-    default ``[0.08, 1.0]``), ``aspect_ratio`` (default ``[3/4, 4/3]``), ``flip``
+    ``0 < lo <= hi <= 1``, default ``[0.08, 1.0]``), ``aspect_ratio`` (finite,
+    ``0 < lo <= hi``, default ``[3/4, 4/3]``), ``flip``
     (default ``True``), ``randaugment`` (``None`` or ``[n, m]``: ``n`` operations of
     magnitude ``m`` in ``0..30``).
 ``eval``
     Resize the shorter side to ``size / crop_fraction`` then center-crop
-    ``size x size``, CHW uint8 output. Option: ``crop_fraction`` (default 0.875,
-    i.e. 224 out of 256).
+    ``size x size``, CHW uint8 output. Option: ``crop_fraction`` in [0.1, 1]
+    (default 0.875, i.e. 224 out of 256).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
 
 #: Version of the built-in recipes; bump when their pixels change.
 BUILTIN_VERSION = "1"
+
+#: Smallest ``crop_fraction`` of ``eval``: the resize before the crop is at most 10x the output.
+MIN_CROP_FRACTION = 0.1
 
 
 def _output_type(recipe: Recipe) -> Any:
@@ -65,24 +70,27 @@ def to_chw(images: DataNode, *, mirror: DataNode | int = 0) -> DataNode:
     )
 
 
-def _pair(options: Mapping[str, Any], key: str, low: float, high: float) -> None:
+def _pair(options: Mapping[str, Any], key: str, high: float, example: str) -> None:
+    """Check that option ``key`` is ``[lo, hi]`` with ``0 < lo <= hi <= high``, both finite."""
     value = options[key]
     ok = (
         isinstance(value, tuple | list)
         and len(value) == 2
         and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
-        and low <= value[0] <= value[1] <= high
+        and all(math.isfinite(v) for v in value)
+        and 0 < value[0] <= value[1] <= high
     )
     if not ok:
+        upper = f" <= {high}" if math.isfinite(high) else ""
         raise RecipeError(
-            f"train option {key}={value!r} must be two numbers [lo, hi] with "
-            f"{low} <= lo <= hi <= {high}"
+            f"train option {key}={value!r} must be two numbers [lo, hi] (finite) with "
+            f"0 < lo <= hi{upper}, e.g. {key}={example}"
         )
 
 
 def _validate_train(options: Mapping[str, Any]) -> None:
-    _pair(options, "area", 0.0, 1.0)
-    _pair(options, "aspect_ratio", 0.0, float("inf"))
+    _pair(options, "area", 1.0, "(0.08, 1.0)")
+    _pair(options, "aspect_ratio", math.inf, "(0.75, 1.333)")
     if not isinstance(options["flip"], bool):
         raise RecipeError(f"train option flip must be True or False, not {options['flip']!r}")
     ra = options["randaugment"]
@@ -152,9 +160,14 @@ def train(encoded: DataNode, recipe: Recipe, device: Device) -> DataNode:
 
 def _validate_eval(options: Mapping[str, Any]) -> None:
     fraction = options["crop_fraction"]
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, int | float)
+        or not MIN_CROP_FRACTION <= fraction <= 1
+    ):
         raise RecipeError(
-            f"eval option crop_fraction={fraction!r} must be a number in (0, 1], e.g. 0.875"
+            f"eval option crop_fraction={fraction!r} must be a number in [{MIN_CROP_FRACTION}, 1] "
+            "(images are resized to size / crop_fraction before the center crop), e.g. 0.875"
         )
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -220,8 +221,9 @@ class Recipe:
     channels : {1, 3}
         1 decodes to grayscale, 3 to RGB.
     mean, std : tuple of float
-        Per-channel statistics as fractions of 255 (torchvision convention);
-        ``None`` picks ImageNet's for 3 channels and 0.5/0.5 for 1 channel.
+        Per-channel statistics as fractions of 255 (torchvision convention):
+        finite, ``mean`` in [0, 1], ``std`` positive; ``None`` picks
+        ImageNet's for 3 channels and 0.5/0.5 for 1 channel.
     options : Mapping
         Definition-specific options, merged over the definition's defaults
         (``train``: ``randaugment``, ``area``, ``aspect_ratio``, ``flip``;
@@ -230,8 +232,9 @@ class Recipe:
     Raises
     ------
     RecipeError
-        On an unknown name, a non-positive size, channels other than 1 or 3,
-        mean/std of the wrong length or a non-positive std, or an unknown option.
+        On an unknown name, a non-positive size, channels other than the ints 1
+        or 3, mean/std of the wrong length or not finite, a mean outside [0, 1],
+        a non-positive std, or an unknown or out-of-range option.
     """
 
     name: str
@@ -245,9 +248,13 @@ class Recipe:
         definition = get_definition(self.name)
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size <= 0:
             raise RecipeError(f"recipe size must be a positive int (pixels), not {self.size!r}")
-        if self.channels not in (1, 3) or isinstance(self.channels, bool):
+        if (
+            isinstance(self.channels, bool)
+            or not isinstance(self.channels, int)
+            or self.channels not in (1, 3)
+        ):
             raise RecipeError(
-                f"recipe channels must be 1 (grayscale) or 3 (RGB), not {self.channels!r}"
+                f"recipe channels must be 1 (grayscale) or 3 (RGB), an int, not {self.channels!r}"
             )
         mean = self.mean
         std = self.std
@@ -257,8 +264,15 @@ class Recipe:
             std = IMAGENET_STD if self.channels == 3 else GRAY_STD
         mean = self._stats("mean", mean)
         std = self._stats("std", std)
+        if not all(0.0 <= m <= 1.0 for m in mean):
+            raise RecipeError(
+                f"recipe mean must be fractions of 255 in [0, 1] (0.5 = 127.5), got {mean}; "
+                "divide 0..255 values by 255"
+            )
         if any(s <= 0 for s in std):
-            raise RecipeError(f"recipe std must be positive, got {std}")
+            raise RecipeError(
+                f"recipe std must be positive, got {std}; give fractions of 255 (0.5 = 127.5)"
+            )
         if not isinstance(self.options, Mapping):
             raise RecipeError(f"recipe options must be a mapping, not {self.options!r}")
         options = dict(self.options)
@@ -285,12 +299,20 @@ class Recipe:
         )
 
     def _stats(self, what: str, values: Any) -> tuple[float, ...]:
+        bad = RecipeError(
+            f"recipe {what} must be a sequence of {self.channels} finite number(s) (fractions of "
+            f"255), not {values!r}"
+        )
+        if isinstance(values, str | bytes):
+            raise bad
         try:
             out = tuple(float(v) for v in values)
         except (TypeError, ValueError):
-            raise RecipeError(
-                f"recipe {what} must be a sequence of {self.channels} numbers, not {values!r}"
-            ) from None
+            raise bad from None
+        if any(isinstance(v, str | bytes | bool) for v in values) or not all(
+            math.isfinite(v) for v in out
+        ):
+            raise bad
         if len(out) != self.channels:
             raise RecipeError(
                 f"recipe {what} has {len(out)} value(s) but channels={self.channels}; "

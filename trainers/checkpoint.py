@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainers._files import new_file_mode
 from trainers.errors import CheckpointError
 
 __all__ = [
@@ -57,6 +58,8 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path:
     """Write ``state`` to ``path`` atomically (temporary file, fsync, rename).
 
+    The file gets the mode of any new file (``0o666`` less the umask).
+
     Raises
     ------
     CheckpointError
@@ -73,6 +76,7 @@ def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path
         ) from exc
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), new_file_mode())
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,23 @@ import click
 from trainers.errors import TrainerError
 
 __all__ = ["compare_command", "doctor_command", "train_command"]
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A :class:`click.FloatRange` that also refuses ``nan`` and ``inf``.
+
+    (Comparisons with NaN are false, so a plain range lets ``nan`` through.)
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if isinstance(rv, float) and not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number; give one such as 0.5", param, ctx)
+        return rv
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _image_shape(loader: Any) -> tuple[int, int]:
@@ -70,7 +88,10 @@ def _init_distributed(device: str | None) -> bool:
 
 @click.command("train")
 @click.option(
-    "--data", required=True, help="'fmnist' or a folder with train/ and test/ image folders."
+    "--data",
+    required=True,
+    help="'fmnist' or a folder with train/ and val/ and/or test/ image folders (validation "
+    "uses val/ when there is one, else test/).",
 )
 @click.option(
     "--model",
@@ -87,7 +108,7 @@ def _init_distributed(device: str | None) -> bool:
 )
 @click.option(
     "--target-accuracy",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloatRange(0, 1, min_open=True),
     default=None,
     help="Validation accuracy whose first crossing is timed (fraction, 0.9 = 90%).",
 )
@@ -95,12 +116,12 @@ def _init_distributed(device: str | None) -> bool:
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option(
     "--lr",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=0.05,
     show_default=True,
     help="Peak learning rate of SGD (Nesterov momentum 0.9), cosine-annealed per epoch.",
 )
-@click.option("--weight-decay", type=click.FloatRange(min=0), default=5e-4, show_default=True)
+@click.option("--weight-decay", type=FiniteFloatRange(min=0), default=5e-4, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--device",
@@ -134,13 +155,14 @@ def _init_distributed(device: str | None) -> bool:
     show_default=True,
     help="perfect: phase-1 epochs without a --min-delta gain that end phase 1.",
 )
-@click.option("--min-delta", type=click.FloatRange(0, 1), default=0.002, show_default=True)
+@click.option("--min-delta", type=FiniteFloatRange(0, 1), default=0.002, show_default=True)
 @click.option(
     "--phase1-fraction",
-    type=click.FloatRange(0, 1),
+    type=FiniteFloatRange(0, 1),
     default=0.5,
     show_default=True,
-    help="perfect: largest share of the epochs spent in phase 1.",
+    help="perfect: share of the epochs spent in phase 1 at most, rounded down, but at least one "
+    "epoch when above 0 (1 epoch at 0.5 is all phase 1; 0: no phase 1).",
 )
 @click.option(
     "--run-dir",
@@ -215,7 +237,7 @@ def train_command(
     import torch
 
     from trainers.data import build_loaders, resolve_dataset
-    from trainers.fit import cosine_per_epoch, fit, sgd_optimizer
+    from trainers.fit import cosine_per_epoch, fit, resolve_device, sgd_optimizer
     from trainers.models import build_model
     from trainers.schedule import SwitchRule
 
@@ -224,6 +246,7 @@ def train_command(
     try:
         run_dir = run_dir or Path("runs") / schedule
         try:
+            resolve_device(device)  # before any ingest or loader work
             splits = resolve_dataset(
                 data, data_root=data_root, jpeg=jpeg, size=size, limit=limit, progress=progress
             )
@@ -262,13 +285,18 @@ def train_command(
                 run_name=schedule,
                 stop_at_target=stop_at_target,
                 progress=progress,
-                extra={
+                extra={"lr": lr, "weight_decay": weight_decay, "workers": workers},
+                settings={
                     "data": str(data),
+                    "jpeg": jpeg,
+                    "size": size,
+                    "limit": limit,
+                    "val_split": splits.val_split,
                     "model_name": model_name,
                     "batch_size": batch_size,
-                    "lr": lr,
                     "seed": seed,
                     "variants": variants if schedule == "perfect" else None,
+                    "max_cache_bytes": max_cache_bytes if schedule == "perfect" else None,
                 },
             )
         except TrainerError as exc:
@@ -282,8 +310,9 @@ def train_command(
         rec = result.record
         ttt = "not reached" if rec.time_to_target_s is None else f"{rec.time_to_target_s:.1f} s"
         click.echo(
-            f"{rec.schedule}: final accuracy {rec.final_accuracy:.4f}, wall time {rec.elapsed_s:.1f} s, "
-            f"time to target {ttt}, input share {rec.input_share:.1%}"
+            f"{rec.schedule}: final accuracy {_fmt(rec.final_accuracy, '.4f')}, "
+            f"wall time {rec.elapsed_s:.1f} s, "
+            f"time to target {ttt}, input share {_fmt(rec.input_share, '.1%')}"
             + (
                 f", switched to fresh at epoch {rec.switch_epoch} ({rec.switch_reason})"
                 if rec.switch_epoch is not None
@@ -316,9 +345,10 @@ def train_command(
 @click.option("--title", default=None, help="Title of the plot and page.")
 @click.option(
     "--target-accuracy",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloatRange(0, 1, min_open=True),
     default=None,
-    help="Compare at this target instead of each run's own (recomputed from the epochs).",
+    help="Compare at this target instead of each run's own (recomputed from the epochs); "
+    "speed-ups need one common target.",
 )
 def compare_command(
     run_dirs: tuple[Path, ...],
@@ -327,7 +357,12 @@ def compare_command(
     title: str | None,
     target_accuracy: float | None,
 ) -> None:
-    """Plot validation accuracy against wall time for RUN_DIRS, one line per run."""
+    """Plot validation accuracy against wall time for RUN_DIRS, one line per run.
+
+    Speed-ups are printed only when the runs share one target accuracy (or
+    --target-accuracy is given); warnings name the settings that differ
+    between the runs and the runs that did not finish.
+    """
     from trainers.report import compare
 
     try:
@@ -336,16 +371,24 @@ def compare_command(
         )
     except TrainerError as exc:
         raise click.ClickException(str(exc)) from exc
-    for row in result.summary["runs"]:
+    summary = result.summary
+    for warning in summary["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
+    for row in summary["runs"]:
         ttt = row["time_to_target_s"]
+        wall = row["elapsed_s"] if row["epochs"] else None
         click.echo(
-            f"{row['name']:>12}: final {row['final_accuracy']:.4f}  "
-            f"to target {'-' if ttt is None else f'{ttt:.1f} s'}  wall {row['elapsed_s']:.1f} s"
+            f"{row['name']:>12}: final {_fmt(row['final_accuracy'], '.4f')}  "
+            f"to target {'-' if ttt is None else f'{ttt:.1f} s'}  "
+            f"wall {'-' if wall is None else f'{wall:.1f} s'}"
         )
-    for row in result.summary["runs"]:
+    for row in summary["runs"]:
         for key, value in row.items():
             if key.startswith("speedup_vs_"):
-                click.echo(f"{row['name']} reached the target {value:.2f}x as fast as {key[11:]}")
+                click.echo(
+                    f"{row['name']} reached the target {summary['target_accuracy']:g} "
+                    f"{value:.2f}x as fast as {key[11:]}"
+                )
     click.echo(f"wrote {result.png} and {result.html}")
 
 
@@ -395,10 +438,17 @@ def compare_command(
     show_default=True,
     help="Planned epoch budget (for the number of variants).",
 )
-@click.option("--phase1-fraction", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.option(
+    "--phase1-fraction",
+    type=FiniteFloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="Share of the epochs in phase 1 at most, at least one epoch when above 0 (as train); "
+    "0: no phase 1, no cache.",
+)
 @click.option(
     "--cached-cost",
-    type=click.FloatRange(0, 1),
+    type=FiniteFloatRange(0, 1),
     default=0.0,
     show_default=True,
     help="Cost of a cached batch over a fresh one (0: free, the ceiling).",
@@ -432,9 +482,11 @@ def doctor_command(
     from trainers.data import resolve_dataset
     from trainers.doctor import diagnose
     from trainers.errors import TrainerDataError
+    from trainers.fit import resolve_device
     from trainers.models import build_model
 
     try:
+        dev = resolve_device(device)  # as train does: refuse CUDA where there is none
         if data != "fmnist" and (Path(data) / "train").is_dir():
             train_dir = Path(data) / "train"
         else:
@@ -455,13 +507,12 @@ def doctor_command(
                 recipe="train",
                 shuffle=True,
                 size=size,
-                device=device,
+                device=dev.type,
             )
         channels, side = _image_shape(loader)
         num_classes = _num_classes(loader)
         torch.manual_seed(0)
         model = build_model(model_name, num_classes, channels, image_size=side)
-        dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         diagnosis = diagnose(
             loader,
             model,
@@ -483,6 +534,13 @@ def doctor_command(
         if isinstance(exc, DataplaneError):
             raise click.ClickException(str(exc)) from exc
         raise
+    if diagnosis.input_batches_timed < steps:
+        click.echo(
+            f"warning: --steps {steps}: the loader had only {diagnosis.input_batches_timed} "
+            f"batches after the {warmup} warm-up ones; timed those (lower --batch-size or "
+            "--steps for a full measurement)",
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps(diagnosis.to_dict(), indent=2))
     else:

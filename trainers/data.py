@@ -15,14 +15,19 @@ torch      :class:`~trainers.torch_baseline.TorchBaselineLoader`       its eval 
 (``dataplane.CacheConfig``); without it, building its loaders raises
 :class:`~trainers.errors.TrainerConfigError` saying so.
 
-A dataset is a folder with ``train/`` and ``test/`` (or ``val/``)
+A dataset is a folder with ``train/`` and ``val/`` and/or ``test/``
 sub-folders, each an image folder (one sub-folder per class), as written by
 ``dataplane ingest``; ``"fmnist"`` ingests Debian's Fashion-MNIST into
 ``data_root`` first (once: ingest is a no-op when the output is up to date).
+Validation (and so the time to the target accuracy) uses ``val/`` when the
+dataset has one, so that ``test/`` stays held out; otherwise ``test/``
+(Fashion-MNIST has only ``train`` and ``test``). The choice is logged and
+:attr:`DatasetSplits.val_split` names it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +36,13 @@ from typing import Any
 from trainers.errors import TrainerConfigError, TrainerDataError
 from trainers.schedule import Schedule
 
+logger = logging.getLogger(__name__)
+
+#: Validation splits in order of preference: ``val/`` keeps ``test/`` held out.
+VALIDATION_SPLITS = ("val", "test")
+
 __all__ = [
+    "VALIDATION_SPLITS",
     "DatasetSplits",
     "ScheduleLoaders",
     "build_loaders",
@@ -46,6 +57,11 @@ class DatasetSplits:
 
     train: Path
     val: Path
+
+    @property
+    def val_split(self) -> str:
+        """Name of the validation folder (``"val"`` or ``"test"``)."""
+        return self.val.name
 
 
 @dataclass
@@ -71,7 +87,8 @@ def resolve_dataset(
     Parameters
     ----------
     data : str or path
-        ``"fmnist"`` or a folder holding ``train/`` and ``test/`` (or ``val/``).
+        ``"fmnist"`` or a folder holding ``train/`` and ``val/`` and/or
+        ``test/``; validation uses ``val/`` when there is one, else ``test/``.
     data_root : path
         Where ``"fmnist"`` is ingested (``<data_root>/fmnist``, or
         ``fmnist-jpeg<size>`` / ``-limit<N>`` variants).
@@ -91,6 +108,7 @@ def resolve_dataset(
         name += f"-limit{limit}" if limit else ""
         out = Path(data_root) / name
         ingest_fmnist(out, fmt="folder", jpeg=jpeg, size=size, limit=limit, progress=progress)
+        logger.info("validating on %s (Fashion-MNIST's test split)", out / "test")
         return DatasetSplits(out / "train", out / "test")
     root = Path(data)
     if not (root / "train").is_dir():
@@ -98,8 +116,9 @@ def resolve_dataset(
             f"{root} has no train/ folder; pass 'fmnist' or a dataset folder with train/ and test/ "
             "(e.g. written by `dataplane ingest fmnist OUT`)"
         )
-    for name in ("test", "val"):
+    for name in VALIDATION_SPLITS:
         if (root / name).is_dir():
+            logger.info("validating on %s/", root / name)
             return DatasetSplits(root / "train", root / name)
     raise TrainerDataError(f"{root} has no test/ or val/ folder to validate on")
 

@@ -32,7 +32,9 @@ the layout it is served in (``C * H * W`` bytes) plus a small header; the
 estimate adds 64 bytes per record and LMDB's page overhead (records larger
 than ~2 KB occupy whole 4096-byte overflow pages; smaller ones share leaf
 pages that are on average about two-thirds full, counted as x1.5). With
-``phase1_epochs = floor(phase1_fraction * epochs)``, each of the ``K``
+``phase1_epochs = SwitchRule(budget_fraction=phase1_fraction).budget_epochs(epochs)``
+(the trainer's own phase-1 budget: ``floor(phase1_fraction * epochs)``, at
+least 1 when ``phase1_fraction > 0``), each of the ``K``
 variants costs one fresh epoch to fill and is then served
 ``phase1_epochs / K - 1`` more times; reusing every variant about ``reuse``
 times (default 4) keeps the fill to a quarter of phase 1 while giving the
@@ -43,13 +45,20 @@ model ``K`` distinct views of each sample. So::
 where ``K_fit`` is the number of variants that fit in ``disk_fraction``
 (default half) of the free space of the cache's disk
 (:func:`shutil.disk_usage`). The recommended ``max_bytes`` is ``K`` variants
-of every sample. ``K_fit = 0`` means not even one variant fits: the doctor
-then recommends no cache.
+of every sample. ``K_fit = 0`` means not even one variant fits, and
+``phase1_epochs = 0`` (``phase1_fraction = 0``) means there is no phase 1
+to serve: the doctor then recommends no cache.
+
+Measuring. The input stage is timed over ``steps`` batches after ``warmup``
+untimed ones, all from one epoch of the loader: ``warmup`` must be below the
+loader's batches per epoch, and when fewer than ``steps`` batches are left
+the doctor times those and says so (``input_batches_timed``).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import math
 import os
 import shutil
@@ -63,6 +72,8 @@ import torch
 from torch import nn
 
 from trainers.errors import TrainerConfigError
+from trainers.fit import resolve_device
+from trainers.schedule import SwitchRule
 
 __all__ = [
     "Diagnosis",
@@ -74,6 +85,8 @@ __all__ = [
     "measure_input",
     "recommend_cache",
 ]
+
+logger = logging.getLogger(__name__)
 
 RECORD_HEADER_BYTES = 64
 _PAGE = 4096
@@ -149,7 +162,8 @@ def recommend_cache(
     Returns
     -------
     (variants, max_bytes)
-        ``(0, 0)`` when not one variant fits in ``disk_fraction * free_bytes``.
+        ``(0, 0)`` when not one variant fits in ``disk_fraction * free_bytes``,
+        or when the phase-1 budget is 0 epochs (``phase1_fraction = 0``).
     """
     if num_samples < 1 or sample_bytes < 1:
         raise TrainerConfigError("num_samples and sample_bytes must be positive")
@@ -159,9 +173,9 @@ def recommend_cache(
         raise TrainerConfigError("disk_fraction must be in (0, 1] and phase1_fraction in [0, 1]")
     per_variant = num_samples * estimate_record_bytes(sample_bytes)
     fit = int(disk_fraction * free_bytes // per_variant)
-    if fit < 1:
+    phase1 = SwitchRule(budget_fraction=phase1_fraction).budget_epochs(epochs)
+    if fit < 1 or phase1 == 0:
         return 0, 0
-    phase1 = math.floor(phase1_fraction * epochs + 1e-9)
     variants = max(1, min(fit, phase1 // reuse))
     return variants, variants * per_variant
 
@@ -174,12 +188,50 @@ def measure_input(
     The first ``warmup`` batches (pipeline start-up) are not timed. Batches
     the loader prepared ahead during the warm-up come out at no cost, so
     ``steps`` should be well above its prefetch depth (a torch DataLoader
-    holds ``num_workers * prefetch_factor`` batches).
+    holds ``num_workers * prefetch_factor`` batches). When the epoch has
+    fewer than ``steps`` batches after the warm-up, those are timed (a
+    warning says how many; :func:`diagnose` records the number).
+
+    Raises
+    ------
+    TrainerConfigError
+        The epoch has no more than ``warmup`` batches.
     """
+    seconds, shape, timed = _measure_input(loader, steps=steps, warmup=warmup)
+    if timed < steps:
+        logger.warning(
+            "steps=%d: the loader had only %d batches left after the %d warm-up ones (%s); "
+            "timed those",
+            steps,
+            timed,
+            warmup,
+            _batches_available(loader),
+        )
+    return seconds, shape
+
+
+def _batches_available(loader: object) -> str:
+    try:
+        return f"{len(loader)} batches per epoch"  # type: ignore[arg-type]
+    except TypeError:
+        return "fewer batches per epoch"
+
+
+def _measure_input(
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *, steps: int, warmup: int
+) -> tuple[float, tuple[int, ...], int]:
+    """:func:`measure_input`, plus the number of batches timed."""
     it = iter(loader)
     shape: tuple[int, ...] = ()
-    for _ in range(warmup):
-        images, _labels = next(it)
+    for k in range(warmup):
+        try:
+            images, _labels = next(it)
+        except StopIteration:
+            raise TrainerConfigError(
+                f"--warmup {warmup} (warmup=) asks for more batches than the loader has: it "
+                f"ended after {k} ({_batches_available(loader)}); lower --warmup and --steps, "
+                "lower --batch-size, or use a larger dataset"
+            ) from None
         shape = tuple(images.shape)
     t0 = time.perf_counter()
     n = 0
@@ -193,13 +245,14 @@ def measure_input(
     elapsed = time.perf_counter() - t0
     if n == 0:
         raise TrainerConfigError(
-            f"the loader has no batches beyond the {warmup} warm-up ones; lower --warmup/--steps "
+            f"the loader has no batches beyond the {warmup} warm-up ones "
+            f"({_batches_available(loader)}); lower --warmup/--steps, lower --batch-size, "
             "or use a larger dataset"
         )
     close = getattr(loader, "close", None)
     if callable(close):
         close()
-    return elapsed / n, shape
+    return elapsed / n, shape, n
 
 
 def measure_compute(
@@ -259,6 +312,9 @@ class Diagnosis:
     phase1_fraction: float
     recommended_variants: int
     recommended_max_bytes: int
+    phase1_epochs: int = 0
+    input_batches_requested: int = 0
+    input_batches_timed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -274,6 +330,17 @@ class Diagnosis:
             (
                 f"input stage:   {self.input_s_per_batch * 1e3:8.1f} ms/batch "
                 f"({self.batch_size / self.input_s_per_batch:,.0f} images/s alone)"
+            ),
+            *(
+                [
+                    (
+                        f"  (timed {self.input_batches_timed} batches, not the "
+                        f"{self.input_batches_requested} of --steps: the epoch had no more "
+                        "after the warm-up)"
+                    )
+                ]
+                if self.input_batches_timed < self.input_batches_requested
+                else []
             ),
             (
                 f"compute stage: {self.compute_s_per_batch * 1e3:8.1f} ms/batch "
@@ -292,6 +359,11 @@ class Diagnosis:
                 f"max_bytes={self.recommended_max_bytes} ({self.recommended_max_bytes / gib:.2f} GiB; "
                 f"{self.num_samples} samples x {self.record_bytes} B/record) in {self.cache_dir} "
                 f"({self.free_disk_bytes / gib:.1f} GiB free)"
+            )
+        elif self.phase1_epochs == 0:
+            lines.append(
+                f"no cache recommended: a phase-1 fraction of {self.phase1_fraction:g} leaves no "
+                "phase-1 epoch to serve from a cache (train with --schedule fresh)"
             )
         else:
             lines.append(
@@ -319,12 +391,20 @@ def diagnose(
     reuse: int = 4,
     disk_fraction: float = 0.5,
 ) -> Diagnosis:
-    """Measure both stages and build a :class:`Diagnosis` (see the module docstring)."""
+    """Measure both stages and build a :class:`Diagnosis` (see the module docstring).
+
+    Raises
+    ------
+    TrainerConfigError
+        Bad ``steps``/``warmup`` (or more warm-up batches than the loader
+        has), or a ``device`` that is not available.
+    """
     if steps < 1 or warmup < 0:
         raise TrainerConfigError(f"steps must be >= 1 and warmup >= 0, got {steps}, {warmup}")
-    t_in, shape = measure_input(loader, steps=steps, warmup=max(warmup, 1))
+    dev = resolve_device(device)
+    t_in, shape, timed = _measure_input(loader, steps=steps, warmup=max(warmup, 1))
     t_c = measure_compute(
-        model, shape, num_classes=num_classes, steps=steps, warmup=warmup, device=device
+        model, shape, num_classes=num_classes, steps=steps, warmup=warmup, device=dev
     )
     share = t_in / (t_in + t_c)
     sample_bytes = int(math.prod(shape[1:]))  # uint8 C*H*W as cached
@@ -360,4 +440,7 @@ def diagnose(
         phase1_fraction=phase1_fraction,
         recommended_variants=variants,
         recommended_max_bytes=max_bytes,
+        phase1_epochs=SwitchRule(budget_fraction=phase1_fraction).budget_epochs(epochs),
+        input_batches_requested=steps,
+        input_batches_timed=timed,
     )

@@ -25,9 +25,33 @@ Checkpoints and resume
 With ``checkpoint_dir``, ``fit`` writes ``<checkpoint_dir>/last.pt`` after
 every epoch: model, optimizer, LR scheduler, the phase controller, the epoch,
 the run record and the RNG states of Python, NumPy, torch (and CUDA).
-``resume=True`` continues from it exactly: on CPU with deterministic
+``resume=True`` continues from it: the same samples in the same order. With
+loaders whose augmentation is a function of epoch and position (in-memory ones,
+and epochs served from the augmented-sample cache), on CPU with deterministic
 kernels, 2 epochs straight and 1 epoch + resume + 1 epoch give identical
-weights.
+weights. With ``dataplane.Loader`` drawing fresh augmentation the resumed
+epochs draw it afresh (DALI's random state lives in a pipeline reused from
+epoch to epoch and cannot be saved), so the weights differ as two seeds would.
+
+A checkpoint also stores the run's training settings: the schedule, epoch
+budget and model class, the target accuracy, the switch rule, the
+optimizer's class and hyperparameters (``optimizer.defaults``: ``lr``,
+``weight_decay``, ...) and the caller's ``settings`` (``dataplane train``
+passes batch size, seed and the data options). A resume with any of them
+changed is refused, naming each setting with its stored and new value: the
+optimizer state and the run record would otherwise mix two configurations.
+Options that do not change the training (progress bars, ``stop_at_target``,
+``run_name``) may change. A run that stopped at its target with
+``stop_at_target=True`` is finished: resuming it with ``stop_at_target=True``
+again trains nothing; with ``stop_at_target=False`` it trains the remaining
+epochs.
+
+Failures. An exception other than ``KeyboardInterrupt`` during training
+sets the record's ``status`` to ``"failed"`` and its ``error`` to the
+exception's type and message, writes ``run.json`` and propagates. A
+non-finite training loss (a diverged model) does not stop the run: ``fit``
+logs one warning per run, the epoch's ``train_loss`` is written as ``null``
+and the accuracies show the damage.
 
 Ctrl-C. While ``fit`` runs in the main thread, the first SIGINT asks it to
 stop after the current step: it writes a mid-epoch checkpoint (including the
@@ -49,6 +73,7 @@ counts are summed over ranks, and only rank 0 writes files.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -74,7 +99,7 @@ from trainers.protocols import REQUIRED_LOADER_METHODS
 from trainers.run_record import EpochRecord, RunRecord
 from trainers.schedule import Phase, PhaseController, Schedule, SwitchRule
 
-__all__ = ["FitResult", "fit"]
+__all__ = ["FitResult", "fit", "resolve_device"]
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +164,14 @@ def _check_loader(name: str, loader: object, methods: Iterable[str]) -> None:
         )
 
 
-def _resolve_device(device: str | torch.device | None) -> torch.device:
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The torch device for ``device`` (``None``: CUDA when available, else CPU).
+
+    Raises
+    ------
+    TrainerConfigError
+        ``device`` names no device, or asks for CUDA where there is none.
+    """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -149,8 +181,84 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
             f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}"
         ) from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise TrainerConfigError("device='cuda' but no CUDA device is available; use device='cpu'")
+        raise TrainerConfigError(
+            "device='cuda' but no CUDA device is available; use device='cpu' (--device cpu)"
+        )
     return dev
+
+
+_resolve_device = resolve_device
+
+#: The ``dataplane train`` options of the settings ``fit`` derives itself (for error messages).
+_CLI_OPTIONS = {
+    "target_accuracy": "--target-accuracy",
+    "switch_rule.patience": "--patience",
+    "switch_rule.min_delta": "--min-delta",
+    "switch_rule.budget_fraction": "--phase1-fraction",
+    "optimizer.lr": "--lr",
+    "optimizer.weight_decay": "--weight-decay",
+}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain JSON-ready data, or ``None`` when it is not such a value."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        items = [_plain(v) for v in value]
+        return None if any(v is None for v in items) else items
+    return None
+
+
+def _optimizer_settings(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's class and the plain values of its constructor arguments."""
+    out: dict[str, Any] = {"name": type(optimizer).__name__}
+    for key in sorted(optimizer.defaults):
+        value = _plain(optimizer.defaults[key])
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _check_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    for i, group in enumerate(optimizer.param_groups):
+        for key, example in (("lr", "0.05"), ("weight_decay", "5e-4")):
+            if key not in group:
+                continue
+            value = _plain(group[key])
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                option = "--" + key.replace("_", "-")
+                raise TrainerConfigError(
+                    f"optimizer {key} must be a finite number >= 0, got {group[key]!r} "
+                    f"(param group {i}); pass one such as {option} {example} "
+                    f"(sgd_optimizer(model, {key}={example}))"
+                )
+
+
+def _training_settings(
+    target_accuracy: float | None,
+    rule: SwitchRule,
+    optimizer: torch.optim.Optimizer,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The flat dict of settings a resume must match (see the module docstring)."""
+    out: dict[str, Any] = dict(settings)
+    out["target_accuracy"] = None if target_accuracy is None else float(target_accuracy)
+    out.update({f"switch_rule.{k}": v for k, v in rule.to_dict().items()})
+    out.update({f"optimizer.{k}": v for k, v in _optimizer_settings(optimizer).items()})
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(a == b)
 
 
 @dataclass
@@ -243,6 +351,7 @@ def fit(
     stop_at_target: bool = False,
     progress: bool = False,
     extra: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> FitResult:
     """Train ``model`` and record time, accuracy and phase per epoch.
 
@@ -270,7 +379,8 @@ def fit(
         Epoch budget.
     optimizer : torch.optim.Optimizer, optional
         Defaults to SGD (lr 0.05, momentum 0.9, Nesterov, weight decay 5e-4)
-        over ``model.parameters()``.
+        over ``model.parameters()``. Every parameter group's ``lr`` and
+        ``weight_decay`` must be finite and >= 0.
     lr_scheduler : LRScheduler or callable, optional
         Stepped once per epoch. Either a scheduler built on ``optimizer`` or
         a callable ``optimizer -> scheduler``; ``None`` keeps the LR constant.
@@ -285,17 +395,24 @@ def fit(
         Where ``last.pt`` is written after every epoch and on Ctrl-C.
     resume : bool
         Continue from ``checkpoint_dir/last.pt`` when it exists (a fresh
-        start, logged, when it does not).
+        start, logged, when it does not). The checkpoint must have been
+        written with the same training settings (see the module docstring).
     run_dir : path, optional
         Where ``run.json`` is rewritten after every epoch (rank 0 only).
     run_name : str, optional
         Name of the run in ``run.json`` and plots (defaults to the schedule).
     stop_at_target : bool
-        Stop after the first epoch that reaches ``target_accuracy``.
+        Stop after the first epoch that reaches ``target_accuracy``. A
+        resumed run that already stopped there trains nothing more.
     progress : bool
         Show a tqdm progress bar per epoch (rank 0 only).
     extra : dict, optional
         JSON-ready data stored under ``extra`` in ``run.json``.
+    settings : dict, optional
+        JSON-ready settings that shape the training beyond ``fit``'s own
+        arguments (batch size, seed, data options, ...). Stored under
+        ``extra`` in ``run.json`` and in the checkpoint; ``resume=True``
+        refuses a checkpoint written with other values.
 
     Returns
     -------
@@ -306,7 +423,8 @@ def fit(
     TrainerConfigError
         A bad argument (named in the message), before any training.
     CheckpointError
-        ``resume=True`` with a checkpoint from a different run or model.
+        ``resume=True`` with a checkpoint from a different run or model, or
+        written with other training settings.
     KeyboardInterrupt
         After writing a checkpoint, when interrupted (see the module docstring).
     """
@@ -339,12 +457,17 @@ def fit(
         )
     if resume and checkpoint_dir is None:
         raise TrainerConfigError("resume=True needs checkpoint_dir= (where last.pt lives)")
+    if settings is not None and not isinstance(settings, dict):
+        raise TrainerConfigError(
+            f"settings must be a dict of JSON-ready values, got {type(settings).__name__}"
+        )
 
     dev = _resolve_device(device)
     ctx = DistContext.current()
     model = model.to(dev)
     if optimizer is None:
         optimizer = sgd_optimizer(model)
+    _check_optimizer(optimizer)
     scheduler: LRSchedulerLike | None
     if lr_scheduler is None or isinstance(lr_scheduler, LRSchedulerLike):
         scheduler = lr_scheduler
@@ -357,6 +480,11 @@ def fit(
     criterion = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
     controller = PhaseController(sched, epochs=epochs, rule=switch_rule)
     net = unwrap(model)
+    training_settings = _training_settings(
+        target_accuracy, controller.rule, optimizer, dict(settings or {})
+    )
+    record_extra = {**(extra or {}), **(settings or {})}
+    record_extra.setdefault("optimizer", _optimizer_settings(optimizer))
     record = RunRecord(
         name=run_name or sched.value,
         schedule=sched.value,
@@ -366,7 +494,7 @@ def fit(
         world_size=ctx.world_size,
         device=str(dev),
         switch_rule=controller.rule.to_dict(),
-        extra=dict(extra or {}),
+        extra=record_extra,
     )
     ckpt_path = Path(checkpoint_dir) / CHECKPOINT_FILE if checkpoint_dir is not None else None
     run_path = Path(run_dir) if run_dir is not None else None
@@ -377,7 +505,7 @@ def fit(
     if resume and ckpt_path is not None:
         if ckpt_path.is_file():
             state = load_checkpoint(ckpt_path)
-            _check_compatible(state, sched, epochs, net, ckpt_path)
+            _check_compatible(state, sched, epochs, net, ckpt_path, training_settings)
             try:
                 net.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])
@@ -391,12 +519,23 @@ def fit(
             controller.load_state_dict(state["controller"])
             saved = RunRecord.from_dict(state["record"])
             start_epoch = int(state["epoch"])
-            if start_epoch < epochs:
+            tally = _EpochTally(**state["tally"])
+            if stop_at_target and saved.status == "target_reached" and tally.steps == 0:
+                logger.info(
+                    "the run in %s already reached its target accuracy %s at epoch %s "
+                    "(stop_at_target); nothing to train. Resume without --stop-at-target "
+                    "(stop_at_target=False) to train its remaining epochs",
+                    ckpt_path.parent,
+                    saved.target_accuracy,
+                    saved.epoch_to_target,
+                )
+                start_epoch = epochs
+            elif start_epoch < epochs:
                 saved.status = "running"
+                saved.error = None
             saved.world_size = ctx.world_size
             saved.extra.update(record.extra)
             record = saved
-            tally = _EpochTally(**state["tally"])
             loader_state = state.get("loader_state")
             restore_rng_state(state["rng"])
             logger.info("resumed from %s at epoch %d step %d", ckpt_path, start_epoch, tally.steps)
@@ -424,6 +563,7 @@ def fit(
                 "schedule": sched.value,
                 "epochs": epochs,
                 "model_class": type(net).__name__,
+                "settings": training_settings,
                 "model": net.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "lr_scheduler": None if scheduler is None else scheduler.state_dict(),
@@ -442,6 +582,7 @@ def fit(
             record.write(run_path)
 
     is_cuda = dev.type == "cuda"
+    warned_loss = False
     epoch = start_epoch
     in_step = False
     loader: Any = None
@@ -483,7 +624,18 @@ def fit(
                         torch.cuda.synchronize(dev)
                     t2 = time.perf_counter()
                     n = int(labels.shape[0])
-                    tally.loss_sum += float(loss.detach().item()) * n
+                    loss_value = float(loss.detach().item())
+                    if not warned_loss and not math.isfinite(loss_value):
+                        warned_loss = True
+                        logger.warning(
+                            "training loss is %s at epoch %d step %d: the model diverged "
+                            "(learning rate too high?); training goes on, run.json shows the "
+                            "loss as null",
+                            loss_value,
+                            epoch,
+                            tally.steps,
+                        )
+                    tally.loss_sum += loss_value * n
                     tally.correct += int((out.detach().argmax(1) == labels).sum().item())
                     tally.samples += n
                     tally.steps += 1
@@ -493,7 +645,7 @@ def fit(
                     in_step = False
                     if bar is not None:
                         bar.update(1)
-                        bar.set_postfix(loss=f"{float(loss.detach().item()):.3f}", refresh=False)
+                        bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
                     if guard.requested:
                         raise KeyboardInterrupt
                 if bar is not None:
@@ -576,11 +728,24 @@ def fit(
                 checkpoint(epoch, tally, None if trained else loader.state_dict())
             write_record()
             raise
+        except Exception as exc:
+            record.status = "failed"
+            record.error = f"{type(exc).__name__}: {exc}"
+            try:
+                write_record()
+            except (OSError, TypeError, ValueError) as write_exc:  # keep the original error
+                logger.warning("could not record the failure in run.json: %s", write_exc)
+            raise
     return FitResult(model=unwrap(model), record=record, checkpoint_path=last_ckpt)
 
 
 def _check_compatible(
-    state: dict[str, Any], sched: Schedule, epochs: int, net: nn.Module, path: Path
+    state: dict[str, Any],
+    sched: Schedule,
+    epochs: int,
+    net: nn.Module,
+    path: Path,
+    settings: dict[str, Any],
 ) -> None:
     problems = []
     if state.get("format") != CHECKPOINT_FORMAT:
@@ -596,6 +761,22 @@ def _check_compatible(
             f"{path} was written by a different run: "
             + "; ".join(problems)
             + ". Resume with the same settings, or use another checkpoint_dir to start over."
+        )
+    saved = state.get("settings")
+    if not isinstance(saved, dict):  # written before settings were stored: nothing to compare
+        return
+    changed = []
+    for key in sorted(set(saved) | set(settings)):
+        old, new = saved.get(key), settings.get(key)
+        if not _same(old, new):
+            option = f" ({_CLI_OPTIONS[key]})" if key in _CLI_OPTIONS else ""
+            changed.append(f"{key}{option}: {old!r} in the checkpoint, {new!r} in this run")
+    if changed:
+        raise CheckpointError(
+            f"{path} was written with other training settings: "
+            + "; ".join(changed)
+            + ". Resume with the checkpoint's values, or start over in a new run directory "
+            "(--run-dir) or checkpoint_dir."
         )
 
 

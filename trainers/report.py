@@ -9,10 +9,24 @@ default: the PNG's name with ``.html``) embeds the plot and shows the JSON
 summary beside it.
 
 Summary fields per run: ``name``, ``schedule``, ``final_accuracy``,
-``best_accuracy``, ``time_to_target_s``, ``elapsed_s``, ``input_share``,
-``switch_epoch``, ``switch_reason``, ``epochs``, and ``speedup_vs_<name>``:
-the ratio of another run's ``time_to_target_s`` to this run's (above 1 means
-this run reached the target sooner), for every other run that reached it.
+``best_accuracy``, ``target_accuracy``, ``time_to_target_s``, ``elapsed_s``,
+``input_share``, ``switch_epoch``, ``switch_reason``, ``epochs``, ``status``,
+and ``speedup_vs_<name>``: the ratio of another run's ``time_to_target_s``
+to this run's (above 1 means this run reached the target sooner), for every
+other run that reached it.
+
+Speed-ups compare times to one accuracy, so they are computed only at a
+common target: the ``target_accuracy`` given to :func:`compare` (``dataplane
+compare --target-accuracy``), or else the runs' own targets when they all
+agree. Otherwise no speed-up is given and the summary's ``speedup_note``
+says why. The summary's top level also has ``target_accuracy`` (the common
+target or null), ``differences`` (for every field that differs between the
+runs, its value per run: ``model``, ``epochs_planned``, ``device``,
+``world_size`` and the training settings under ``extra``, such as batch
+size, learning rate, seed and data options; the knobs of one schedule, such
+as ``variants``, are left out) and ``warnings`` (the differences, runs
+without a finished epoch, runs that did not end normally), which ``dataplane
+compare`` prints and the HTML page shows above the table.
 """
 
 from __future__ import annotations
@@ -25,10 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainers._files import json_safe
 from trainers.errors import RunRecordError
 from trainers.run_record import RunRecord
 
-__all__ = ["CompareResult", "compare", "plot_accuracy_vs_time", "summarize"]
+__all__ = ["CompareResult", "compare", "differences", "plot_accuracy_vs_time", "summarize"]
 
 _HTML = """<!doctype html>
 <html lang="en">
@@ -43,17 +58,26 @@ pre { background: #f6f6f6; padding: 1em; max-width: 35vw; overflow: auto; font-s
 table { border-collapse: collapse; margin-top: 1em; }
 td, th { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
+.warnings { background: #fff4e5; border: 1px solid #f0b400; padding: 0.5em 2em; }
 </style>
 </head>
 <body>
 <h1>{{ title }}</h1>
+{% if summary.warnings %}
+<ul class="warnings">
+{% for w in summary.warnings %}<li>{{ w }}</li>
+{% endfor %}
+</ul>
+{% endif %}
 <table>
 <tr><th>run</th><th>schedule</th><th>final accuracy</th><th>time to target (s)</th>
 <th>wall time (s)</th><th>input share</th><th>switch epoch</th></tr>
 {% for r in summary.runs %}
-<tr><td>{{ r.name }}</td><td>{{ r.schedule }}</td><td>{{ "%.4f"|format(r.final_accuracy or 0) }}</td>
+<tr><td>{{ r.name }}</td><td>{{ r.schedule }}</td>
+<td>{{ "%.4f"|format(r.final_accuracy) if r.final_accuracy is not none else "-" }}</td>
 <td>{{ "%.1f"|format(r.time_to_target_s) if r.time_to_target_s is not none else "not reached" }}</td>
-<td>{{ "%.1f"|format(r.elapsed_s) }}</td><td>{{ "%.3f"|format(r.input_share or 0) }}</td>
+<td>{{ "%.1f"|format(r.elapsed_s) if r.epochs else "-" }}</td>
+<td>{{ "%.3f"|format(r.input_share) if r.input_share is not none else "-" }}</td>
 <td>{{ r.switch_epoch if r.switch_epoch is not none else "-" }}</td></tr>
 {% endfor %}
 </table>
@@ -75,17 +99,118 @@ class CompareResult:
     summary: dict[str, Any]
 
 
+#: Settings under ``extra`` that belong to one schedule (not compared between runs).
+_SCHEDULE_KNOBS = frozenset({"variants", "max_cache_bytes", "workers"})
+_FINISHED = ("completed", "target_reached")
+
+
 def _labels(records: Sequence[RunRecord], dirs: Sequence[Path]) -> list[str]:
     names = [r.name for r in records]
-    return [
+    labels = [
         f"{name} ({d.name})" if names.count(name) > 1 else name
         for name, d in zip(names, dirs, strict=True)
     ]
+    labels = [  # same run and folder names (x/fresh, y/fresh): add the parent folder
+        f"{name} ({d.parent.name}/{d.name})" if labels.count(label) > 1 else label
+        for name, label, d in zip(names, labels, dirs, strict=True)
+    ]
+    out: list[str] = []
+    for label in labels:  # still equal (same run and folder names): number them
+        out.append(label if label not in out else f"{label} #{labels[: len(out)].count(label) + 1}")
+    return out
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def differences(
+    records: Sequence[RunRecord], labels: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The fields whose values differ between ``records``, with each run's value.
+
+    Compared: ``model``, ``epochs_planned``, ``device``, ``world_size`` and the
+    settings under ``extra`` (nested dicts flattened to ``key.sub``), except
+    the knobs of one schedule (``variants``, ``max_cache_bytes``,
+    ``workers``) and ``optimizer.<x>`` entries that repeat a setting ``<x>``
+    of every run. A setting missing from a run counts as ``None``.
+    """
+    labels = list(labels) if labels is not None else [r.name for r in records]
+    rows = []
+    for rec in records:
+        row = {
+            "model": rec.model,
+            "epochs_planned": rec.epochs_planned,
+            "device": rec.device,
+            "world_size": rec.world_size,
+        }
+        extra = _flat(rec.extra)
+        row.update({k: v for k, v in extra.items() if k not in _SCHEDULE_KNOBS})
+        rows.append(row)
+    keys = sorted({k for row in rows for k in row}, key=lambda k: (k not in rows[0], k))
+    out: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        if key.startswith("optimizer.") and all(key[10:] in row for row in rows):
+            continue
+        values = [row.get(key) for row in rows]
+        if any(v != values[0] for v in values[1:]):
+            out[key] = dict(zip(labels, values, strict=True))
+    return out
+
+
+def _common_target(records: Sequence[RunRecord]) -> tuple[float | None, str | None]:
+    """The target all runs were timed at, or ``None`` and why there is none."""
+    targets = {r.target_accuracy for r in records}
+    if len(targets) == 1:
+        (target,) = targets
+        if target is not None:
+            return target, None
+        return None, "no speed-up: the runs have no target accuracy; pass --target-accuracy"
+    listed = ", ".join(f"{r.name}: {r.target_accuracy}" for r in records)
+    return None, (
+        f"no speed-up: the runs were timed at different target accuracies ({listed}); pass "
+        "--target-accuracy (target_accuracy=) to compare them at one"
+    )
 
 
 def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None) -> dict[str, Any]:
     """The JSON summary of several runs (see the module docstring)."""
     labels = list(labels) if labels is not None else [r.name for r in records]
+    target, note = _common_target(records)
+    warnings: list[str] = []
+    diffs = differences(records, labels) if len(records) > 1 else {}
+    both = {k: v for k, v in diffs.items() if None not in v.values()}
+    some = [k for k in diffs if k not in both]
+    if both:
+        parts = [
+            f"{key} ({', '.join(f'{label}: {value}' for label, value in per_run.items())})"
+            for key, per_run in both.items()
+        ]
+        warnings.append(
+            "the runs differ in more than their schedule, so their times do not compare "
+            "like for like: " + "; ".join(parts)
+        )
+    if some:
+        warnings.append(
+            "settings recorded (or set) for only some of the runs, check that they match: "
+            + ", ".join(some)
+        )
+    for label, rec in zip(labels, records, strict=True):
+        if not rec.epochs:
+            warnings.append(f"run {label} (status {rec.status}) has no finished epoch")
+        elif rec.status not in _FINISHED:
+            warnings.append(
+                f"run {label} did not finish (status {rec.status}): its numbers cover "
+                f"{len(rec.epochs)} of {rec.epochs_planned} epochs"
+            )
+    if note is not None and len(records) > 1:
+        warnings.append(note)
     runs = []
     for label, rec in zip(labels, records, strict=True):
         row: dict[str, Any] = {
@@ -103,12 +228,20 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
             "status": rec.status,
         }
         for other_label, other in zip(labels, records, strict=True):
-            if other is rec:
+            if other is rec or target is None:
                 continue
             if rec.time_to_target_s and other.time_to_target_s:
                 row[f"speedup_vs_{other_label}"] = other.time_to_target_s / rec.time_to_target_s
         runs.append(row)
-    return {"runs": runs}
+    return json_safe(
+        {
+            "runs": runs,
+            "target_accuracy": target,
+            "speedup_note": note,
+            "differences": diffs,
+            "warnings": warnings,
+        }
+    )
 
 
 def plot_accuracy_vs_time(
@@ -206,7 +339,7 @@ def compare(
     page = env.from_string(_HTML).render(
         title=title or "dataplane: time to accuracy",
         summary=summary,
-        summary_json=json.dumps(summary, indent=2),
+        summary_json=json.dumps(summary, indent=2, allow_nan=False),
         png_b64=base64.b64encode(png.read_bytes()).decode("ascii"),
     )
     html_path.parent.mkdir(parents=True, exist_ok=True)

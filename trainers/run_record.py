@@ -8,7 +8,9 @@ Top level
     ``schema`` (int, currently 1), ``name`` (run name, defaults to the
     schedule), ``schedule`` (``fresh``/``perfect``/``torch``), ``model``
     (class name), ``status`` (``running``, ``completed``, ``target_reached``
-    when stopped early at the target, ``interrupted``), ``epochs_planned``,
+    when stopped early at the target, ``interrupted``, ``failed`` when an
+    error ended the run), ``error`` (``"ExceptionType: message"`` of that
+    error, else null), ``epochs_planned``,
     ``target_accuracy`` (or null), ``world_size`` (DDP processes),
     ``device``, ``switch_rule`` (patience, min_delta, budget_fraction),
     ``switch_epoch`` (first phase-2 epoch of ``perfect``, or null),
@@ -17,8 +19,12 @@ Top level
     at the end of the first validation that reached ``target_accuracy``, or
     null), ``epoch_to_target``, ``final_accuracy`` (last validation),
     ``best_accuracy``, ``input_share`` (data-wait time over data-wait +
-    compute time, all epochs), ``extra`` (free-form dict the caller passes),
-    and ``epochs`` (list below).
+    compute time, all epochs), ``extra`` (free-form dict the caller passes,
+    plus the training settings of :func:`trainers.fit`: its ``settings``
+    argument and ``optimizer``, the optimizer's class and hyperparameters;
+    ``dataplane train`` records there the data options, the validation
+    split, batch size, learning rate, weight decay and seed), and ``epochs``
+    (list below).
 Per epoch (``epochs[i]``)
     ``epoch`` (0-based), ``phase`` (``cached``/``fresh``), ``steps``,
     ``samples`` (this process's), ``train_s`` (training loop wall time),
@@ -31,6 +37,9 @@ Per epoch (``epochs[i]``)
     ``images_per_s`` (``samples / train_s``), ``train_loss`` (mean),
     ``train_accuracy``, ``val_loss``, ``val_accuracy``, ``lr`` (of the first
     parameter group during the epoch).
+
+The file is strict JSON: a value that is not a finite number (a diverged
+loss, for example) is written as ``null``.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainers._files import json_safe, new_file_mode
 from trainers.errors import RunRecordError
 
 __all__ = ["RUN_FILE", "SCHEMA_VERSION", "EpochRecord", "RunRecord"]
@@ -100,6 +110,7 @@ class RunRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     epochs: list[EpochRecord] = field(default_factory=list)
     schema: int = SCHEMA_VERSION
+    error: str | None = None
 
     def add_epoch(self, record: EpochRecord) -> None:
         """Append an epoch and update the run-level summary fields."""
@@ -142,14 +153,19 @@ class RunRecord:
         return cls(**data, epochs=epochs)
 
     def write(self, run_dir: str | os.PathLike[str]) -> Path:
-        """Write ``run_dir/run.json`` atomically (temporary file + rename); return its path."""
+        """Write ``run_dir/run.json`` atomically (temporary file + rename); return its path.
+
+        Non-finite numbers are written as ``null`` (strict JSON); the file gets
+        the mode of any new file (``0o666`` less the umask).
+        """
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / RUN_FILE
         fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".run.", suffix=".json.tmp")
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump(self.to_dict(), f, indent=2)
+                os.fchmod(f.fileno(), new_file_mode())
+                json.dump(json_safe(self.to_dict()), f, indent=2, allow_nan=False)
                 f.write("\n")
             os.replace(tmp, path)
         except BaseException:

@@ -21,10 +21,17 @@ to phase 2 when **either** condition holds (whichever comes first):
 
 1. *Plateau*: validation accuracy has not improved on the best phase-1
    accuracy by at least ``min_delta`` (default 0.002, i.e. 0.2 points) for
-   ``patience`` consecutive phase-1 epochs (default 2).
+   ``patience`` consecutive phase-1 epochs (default 2). A gain of exactly
+   ``min_delta`` counts as an improvement (compared with a tolerance of
+   ``1e-9``, so that float rounding of accuracies such as 0.811 -> 0.813
+   does not decide it).
 2. *Budget*: ``budget_epochs(epochs)`` phase-1 epochs have run, that is
    ``max(1, floor(budget_fraction * epochs))`` with ``budget_fraction``
    defaulting to 0.5 (``budget_fraction = 0`` means no phase 1 at all).
+   Rounding down keeps the share of phase 1 at or below ``budget_fraction``,
+   except that any ``budget_fraction > 0`` buys at least one phase-1 epoch:
+   1 epoch at 0.5 is all phase 1 (no phase 2), 4 epochs at 0.1 spend 1 epoch
+   (25%) in phase 1. ``budget_fraction = 1`` puts every epoch in phase 1.
 
 Reasoning. The cache holds only ``K`` augmented views of each sample. While
 the model still learns from them, each phase-1 epoch buys accuracy at a
@@ -52,6 +59,9 @@ from enum import Enum
 from typing import Any
 
 from trainers.errors import TrainerConfigError
+
+#: Tolerance of accuracy comparisons (accuracies are ratios of counts; their float sums round).
+ACCURACY_TOLERANCE = 1e-9
 
 __all__ = ["Phase", "PhaseController", "Schedule", "SwitchReason", "SwitchRule"]
 
@@ -110,7 +120,9 @@ class SwitchRule:
         Smallest gain in validation accuracy (a fraction, 0.002 = 0.2 points)
         that counts as an improvement (>= 0).
     budget_fraction : float
-        Largest share of the epoch budget spent in phase 1, in [0, 1].
+        Share of the epoch budget spent in phase 1 at most, in [0, 1]: the
+        phase-1 epochs are ``floor(budget_fraction * epochs)``, but at least
+        one whenever ``budget_fraction > 0`` (see :meth:`budget_epochs`).
     """
 
     patience: int = 2
@@ -208,7 +220,8 @@ class PhaseController:
         if self.phase is not Phase.CACHED:
             return self.phase
         self.phase1_epochs += 1
-        if self.best is None or val_accuracy >= self.best + self.rule.min_delta:
+        gain_needed = self.rule.min_delta - ACCURACY_TOLERANCE
+        if self.best is None or val_accuracy - self.best >= gain_needed:
             self.best = val_accuracy
             self.stale_epochs = 0
         else:

@@ -126,3 +126,75 @@ def test_resolve_device() -> None:
     if not cuda_available():
         with pytest.raises(DeviceError, match="no CUDA device; use device='cpu'"):
             resolve_device("cuda")
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "match"),
+    [
+        ("train", {"channels": 3.0}, "channels must be 1 .* or 3 .*an int, not 3.0"),
+        ("train", {"channels": 1, "std": (float("nan"),)}, "std must be .*finite"),
+        ("train", {"channels": 1, "std": (float("inf"),)}, "std must be .*finite"),
+        ("train", {"channels": 1, "mean": (float("nan"),)}, "mean must be .*finite"),
+        ("train", {"channels": 1, "mean": (128,)}, r"mean must be fractions of 255 in \[0, 1\]"),
+        ("train", {"channels": 1, "mean": "5"}, "mean must be a sequence of 1 finite"),
+        ("train", {"area": (0, 0)}, r"area=\(0, 0\) must be two numbers .*0 < lo"),
+        ("train", {"aspect_ratio": (0, 0)}, r"aspect_ratio=\(0, 0\) must be two numbers"),
+        ("train", {"aspect_ratio": (1, float("inf"))}, "aspect_ratio=.* must be .*finite"),
+        ("eval", {"crop_fraction": 1e-6}, r"crop_fraction=1e-06 must be a number in \[0.1, 1\]"),
+    ],
+)
+def test_out_of_range_statistics_and_options_are_refused(
+    name: str, kwargs: dict, match: str
+) -> None:
+    with pytest.raises(RecipeError, match=match):
+        make_recipe(name, size=28, **kwargs)
+
+
+#: Fingerprints of valid recipes as computed before the stricter validation: caches keyed by
+#: them stay valid, so they must never change (short of a deliberate version bump).
+_KNOWN_FINGERPRINTS = [
+    ("train", {}, "0ab8defe82b7d700ca5c081cac2fc354"),
+    ("eval", {}, "79e9068e98140c8a40b42c0b3f3d3054"),
+    ("train", {"size": 28, "channels": 1}, "79fdac9e32703bb2b5632b96c044e14b"),
+    ("eval", {"size": 28, "channels": 1}, "180aad66f3bd4866ce93fd64a7f1954a"),
+    ("train", {"size": 64, "randaugment": (2, 9)}, "e994697db609c945c1bef4c52ea5b177"),
+    (
+        "train",
+        {"size": 224, "flip": False, "area": (0.25, 1.0)},
+        "712369bdc0f3299b30562accf2b4e2cc",
+    ),
+    (
+        "train",
+        {
+            "size": 32,
+            "channels": 3,
+            "mean": (0.4914, 0.4822, 0.4465),
+            "std": (0.247, 0.243, 0.261),
+            "aspect_ratio": (0.5, 2.0),
+        },
+        "9856900d0e6827ed09af206f0ea8db98",
+    ),
+    (
+        "eval",
+        {"size": 28, "channels": 1, "mean": (0.0,), "std": (1.0,), "crop_fraction": 1.0},
+        "a8376d6174530eaa9a9312bfe1a50383",
+    ),
+    ("eval", {"size": 224, "crop_fraction": 0.95}, "fe3121e96657d1d0c16fc927033e9130"),
+    (
+        "train",
+        {"size": 28, "channels": 1, "mean": (0.25,), "std": (0.5,)},
+        "89f4b0d754054ee02d2723909d170b17",
+    ),
+    (
+        "eval",
+        {"size": 4, "channels": 3, "mean": (0.1, 0.2, 0.3), "std": (0.5, 0.25, 2.0)},
+        "bd52923d416eeae967e80727a18070e6",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "kwargs", "fingerprint"), _KNOWN_FINGERPRINTS)
+def test_fingerprints_of_valid_recipes_never_change(
+    name: str, kwargs: dict, fingerprint: str
+) -> None:
+    assert make_recipe(name, **kwargs).fingerprint() == fingerprint

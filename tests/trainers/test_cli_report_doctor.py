@@ -7,14 +7,16 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from trainers.cli import compare_command, doctor_command, train_command
-from trainers.data import cache_available
+from trainers.data import cache_available, resolve_dataset
 from trainers.doctor import Verdict, amdahl_bound, estimate_record_bytes, recommend_cache
 from trainers.errors import RunRecordError, TrainerConfigError
 from trainers.report import compare
-from trainers.run_record import RunRecord
+from trainers.run_record import EpochRecord, RunRecord
+from trainers.schedule import SwitchRule
 
 
 def _train(args: list[str]):
@@ -255,3 +257,185 @@ def test_compare_at_another_target(two_runs: dict[str, Path], tmp_path: Path) ->
     never = compare([two_runs["fresh"]], tmp_path / "n.png", target_accuracy=1.0).summary
     assert never["runs"][0]["time_to_target_s"] is None
     assert RunRecord.read(two_runs["fresh"]).target_accuracy == 0.2  # the run itself is unchanged
+
+
+def _record(name: str, target: float | None, accuracies: list[float], **fields) -> RunRecord:
+    """A run record with one epoch per accuracy, 10 s each."""
+    rec = RunRecord(
+        name=name,
+        schedule=fields.pop("schedule", name),
+        model=fields.pop("model", "SmallCNN"),
+        epochs_planned=fields.pop("epochs_planned", len(accuracies) or 2),
+        target_accuracy=target,
+        world_size=1,
+        device=fields.pop("device", "cpu"),
+        switch_rule={},
+        status=fields.pop("status", "completed"),
+        extra=fields.pop("extra", {"batch_size": 64, "lr": 0.05, "variants": None}),
+    )
+    for i, acc in enumerate(accuracies):
+        t = 10.0 * (i + 1)
+        rec.add_epoch(
+            EpochRecord(i, "fresh", 1, 64, t, 1, 1, 0, 0, t, 0.5, 6.4, 1.0, acc, 1.0, acc, 0.05, t)
+        )
+    return rec
+
+
+def test_compare_shows_a_run_without_finished_epochs(tmp_path: Path) -> None:
+    _record("fresh", 0.5, [0.3, 0.6]).write(tmp_path / "done")
+    _record("intr", 0.5, [], status="interrupted").write(tmp_path / "intr")
+    result = CliRunner().invoke(
+        compare_command,
+        [str(tmp_path / "done"), str(tmp_path / "intr"), "--out", str(tmp_path / "c.png")],
+    )
+    assert result.exit_code == 0, result.output
+    assert "intr: final -  to target -  wall -" in result.output
+    assert "run intr (status interrupted) has no finished epoch" in result.stderr
+    assert "has no finished epoch" in (tmp_path / "c.html").read_text()
+
+
+def test_compare_gives_speedups_only_at_one_target_and_names_differences(
+    tmp_path: Path,
+) -> None:
+    a = _record("fresh", 0.2, [0.3, 0.6])
+    b = _record(
+        "perfect",
+        0.35,
+        [0.4, 0.7],
+        model="PatchifyCNN",
+        extra={"batch_size": 32, "lr": 0.05, "variants": 2, "limit": 3000},
+    )
+    a.write(tmp_path / "a")
+    b.write(tmp_path / "b")
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    summary = compare(dirs, tmp_path / "s.png").summary
+    assert not any(k.startswith("speedup_vs_") for row in summary["runs"] for k in row)
+    assert summary["target_accuracy"] is None
+    assert "different target accuracies (fresh: 0.2, perfect: 0.35)" in summary["speedup_note"]
+    assert summary["differences"] == {
+        "model": {"fresh": "SmallCNN", "perfect": "PatchifyCNN"},
+        "batch_size": {"fresh": 64, "perfect": 32},
+        "limit": {"fresh": None, "perfect": 3000},
+    }
+    result = CliRunner().invoke(
+        compare_command, [*map(str, dirs), "--out", str(tmp_path / "c.png")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "as fast as" not in result.output
+    assert "no speed-up: the runs were timed at different target accuracies" in result.stderr
+    assert "batch_size (fresh: 64, perfect: 32)" in result.stderr
+    assert "model (fresh: SmallCNN, perfect: PatchifyCNN)" in result.stderr
+    assert "limit" in result.stderr and "variants" not in result.stderr
+    assert "batch_size (fresh: 64, perfect: 32)" in (tmp_path / "c.html").read_text()
+    # one common target: speed-ups at it (0.35: fresh reaches it at 20 s, perfect at 10 s)
+    at = compare(dirs, tmp_path / "t.png", target_accuracy=0.35).summary
+    assert at["target_accuracy"] == 0.35 and at["speedup_note"] is None
+    assert at["runs"][0]["speedup_vs_perfect"] == 0.5 and at["runs"][1]["speedup_vs_fresh"] == 2.0
+    result = CliRunner().invoke(
+        compare_command,
+        [*map(str, dirs), "--out", str(tmp_path / "c.png"), "--target-accuracy", "0.35"],
+    )
+    assert "perfect reached the target 0.35 2.00x as fast as fresh" in result.output
+
+
+def test_train_records_data_options_and_validation_split(two_runs: dict[str, Path]) -> None:
+    for run_dir in two_runs.values():
+        extra = RunRecord.read(run_dir).extra
+        assert extra["limit"] is None and extra["jpeg"] is False and extra["size"] is None
+        assert extra["val_split"] == "test"
+        assert extra["batch_size"] == 50 and extra["seed"] == 0
+        assert extra["lr"] == 0.02 and extra["weight_decay"] == 5e-4
+
+
+def test_validation_prefers_val_over_test(tmp_path: Path) -> None:
+    for split in ("train", "val", "test"):
+        (tmp_path / split / "a").mkdir(parents=True)
+    assert resolve_dataset(tmp_path).val == tmp_path / "val"
+    assert resolve_dataset(tmp_path).val_split == "val"
+    (tmp_path / "val" / "a").rmdir()
+    (tmp_path / "val").rmdir()
+    assert resolve_dataset(tmp_path).val == tmp_path / "test"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--lr", "nan"), ("--lr", "inf"), ("--weight-decay", "nan"), ("--min-delta", "nan")],
+)
+def test_train_refuses_non_finite_numbers(tmp_path: Path, option: str, value: str) -> None:
+    result = CliRunner().invoke(
+        train_command, ["--data", str(tmp_path / "none"), option, value, "--no-progress"]
+    )
+    assert result.exit_code == 2
+    assert f"Invalid value for '{option}'" in result.output
+    assert "is not a finite number" in result.output
+
+
+def _doctor(png_folder: Path, tmp_path: Path, *args: str):
+    return CliRunner().invoke(
+        doctor_command,
+        [
+            "--data",
+            str(png_folder),
+            "--loader",
+            "torch",
+            "--cache-dir",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            *args,
+        ],
+    )
+
+
+def test_doctor_warmup_and_steps_beyond_the_epoch(png_folder: Path, tmp_path: Path) -> None:
+    # 200 images in batches of 64: 3 batches per epoch (drop_last) or 4
+    result = _doctor(png_folder, tmp_path, "--batch-size", "64", "--warmup", "9", "--steps", "2")
+    assert result.exit_code == 1
+    assert "--warmup 9 (warmup=) asks for more batches than the loader has" in result.output
+    assert "batches per epoch" in result.output and "Traceback" not in result.output
+    result = _doctor(
+        png_folder, tmp_path, "--batch-size", "64", "--warmup", "1", "--steps", "50", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["input_batches_requested"] == 50 and 1 <= d["input_batches_timed"] < 50
+    assert f"the loader had only {d['input_batches_timed']} batches" in result.stderr
+
+
+def test_doctor_no_cache_without_phase_one(png_folder: Path, tmp_path: Path) -> None:
+    assert recommend_cache(
+        num_samples=1000, sample_bytes=784, free_bytes=1 << 40, epochs=20, phase1_fraction=0.0
+    ) == (0, 0)
+    for epochs, fraction in [(3, 0.3), (4, 0.1), (40, 0.5), (1, 0.5)]:
+        k, _ = recommend_cache(
+            num_samples=10,
+            sample_bytes=784,
+            free_bytes=1 << 40,
+            epochs=epochs,
+            phase1_fraction=fraction,
+            reuse=1,
+        )
+        assert k == SwitchRule(budget_fraction=fraction).budget_epochs(epochs)
+    result = _doctor(
+        png_folder, tmp_path, "--batch-size", "32", "--steps", "2", "--phase1-fraction", "0"
+    )
+    assert result.exit_code == 0, result.output
+    assert "no cache recommended: a phase-1 fraction of 0 leaves no phase-1 epoch" in result.output
+
+
+def test_phase1_fraction_help_says_what_happens() -> None:
+    for command in (train_command, doctor_command):
+        result = CliRunner().invoke(command, ["--help"])
+        assert "at least one" in " ".join(result.output.split())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_doctor_cuda_without_cuda_is_a_clear_error(png_folder: Path, tmp_path: Path) -> None:
+    result = _doctor(png_folder, tmp_path, "--batch-size", "32", "--steps", "2")
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(
+        doctor_command,
+        ["--data", str(png_folder), "--loader", "torch", "--device", "cuda", "--steps", "2"],
+    )
+    assert result.exit_code == 1
+    assert "device='cuda' but no CUDA device is available" in result.output

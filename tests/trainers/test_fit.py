@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import torch
 from tests.trainers.helpers import ArrayLoader, InterruptingLoader
 from trainers import (
     CheckpointError,
+    RunRecord,
     Schedule,
     SwitchRule,
     TrainerConfigError,
@@ -330,3 +333,147 @@ def test_interrupt_during_validation_resumes_into_validation(
     assert train.epochs_seen == [1]  # epoch 0 was only validated, not trained again
     assert [e.steps for e in result.record.epochs] == [len(train), len(train)]
     _assert_same_weights(_state(straight), _state(resumed))
+
+
+def test_resume_with_changed_training_settings_is_refused(fmnist_arrays, tmp_path: Path) -> None:
+    train, val = _loaders(fmnist_arrays)
+
+    def run(lr: float = 0.05, target: float = 0.05, patience: int = 2, seed: int = 0, **kw):
+        model = _model()
+        return fit(
+            model,
+            train,
+            val,
+            epochs=1,
+            optimizer=torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
+            target_accuracy=target,
+            switch_rule=SwitchRule(patience=patience),
+            checkpoint_dir=tmp_path / "ckpt",
+            run_dir=tmp_path,
+            settings={"batch_size": 128, "seed": seed},
+            **kw,
+        )
+
+    first = run()
+    assert first.record.extra["batch_size"] == 128 and first.record.extra["seed"] == 0
+    assert first.record.extra["optimizer"]["lr"] == 0.05
+    ckpt = (tmp_path / "ckpt" / "last.pt").read_bytes()
+    record = (tmp_path / "run.json").read_text()
+    cases = [
+        ({"lr": 0.5}, r"optimizer.lr \(--lr\): 0.05 in the checkpoint, 0.5 in this run"),
+        ({"target": 0.9}, r"target_accuracy \(--target-accuracy\): 0.05 in the checkpoint, 0.9"),
+        ({"patience": 5}, r"switch_rule.patience \(--patience\): 2 in the checkpoint, 5"),
+        ({"seed": 7}, "seed: 0 in the checkpoint, 7 in this run"),
+    ]
+    for kwargs, match in cases:
+        with pytest.raises(CheckpointError, match=match) as info:
+            run(resume=True, **kwargs)
+        assert "new run directory (--run-dir)" in str(info.value)
+    # nothing stored is touched by a refused resume
+    assert (tmp_path / "ckpt" / "last.pt").read_bytes() == ckpt
+    assert (tmp_path / "run.json").read_text() == record
+    # the same settings resume; options that do not change the training may differ
+    run(resume=True, progress=True)
+
+
+def test_run_json_is_strict_json_and_a_diverged_loss_warns_once(
+    fmnist_arrays, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    train, val = _loaders(fmnist_arrays)
+    ce = torch.nn.CrossEntropyLoss()
+
+    def diverged(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return ce(out, labels) * float("nan")
+
+    with caplog.at_level("WARNING", logger="trainers.fit"):
+        fit(_model(), train, val, epochs=2, loss_fn=diverged, run_dir=tmp_path)
+    assert sum("training loss is nan" in r.getMessage() for r in caplog.records) == 1
+
+    def strict(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+
+    rec = json.loads((tmp_path / "run.json").read_text(), parse_constant=strict)
+    assert rec["epochs"][0]["train_loss"] is None and rec["epochs"][0]["val_loss"] is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("lr", float("nan")), ("lr", float("inf")), ("lr", -0.1), ("weight_decay", float("nan"))],
+)
+def test_non_finite_or_negative_lr_and_weight_decay_are_refused(
+    fmnist_arrays, key: str, value: float
+) -> None:
+    train, val = _loaders(fmnist_arrays)
+    model = _model()
+    optimizer = _sgd(model)
+    optimizer.param_groups[0][key] = value
+    option = "--" + key.replace("_", "-")
+    with pytest.raises(TrainerConfigError, match=f"optimizer {key} must be a finite number >= 0"):
+        fit(model, train, val, epochs=1, optimizer=optimizer)
+    with pytest.raises(TrainerConfigError, match=option):
+        fit(model, train, val, epochs=1, optimizer=optimizer)
+
+
+class _FailingLoader(ArrayLoader):
+    """Raises OSError in the middle of epoch 1 (a disk going away)."""
+
+    def __iter__(self):
+        for k, batch in enumerate(super().__iter__()):
+            if self.epoch == 1 and k == 2:
+                raise OSError("disk went away while reading a batch")
+            yield batch
+
+
+def test_a_run_that_dies_is_recorded_as_failed(fmnist_arrays, tmp_path: Path) -> None:
+    train = _FailingLoader(*fmnist_arrays["train"], batch_size=128, seed=1)
+    _, val = _loaders(fmnist_arrays)
+    with pytest.raises(OSError, match="disk went away"):
+        fit(_model(), train, val, epochs=3, run_dir=tmp_path)
+    rec = json.loads((tmp_path / "run.json").read_text())
+    assert rec["status"] == "failed"
+    assert rec["error"] == "OSError: disk went away while reading a batch"
+    assert len(rec["epochs"]) == 1
+
+
+def test_resuming_a_run_that_stopped_at_its_target(fmnist_arrays, tmp_path: Path) -> None:
+    def run(stop_at_target: bool, resume: bool = True):
+        train, val = _loaders(fmnist_arrays)
+        model = _model()
+        result = fit(
+            model,
+            train,
+            val,
+            epochs=3,
+            optimizer=_sgd(model),
+            target_accuracy=0.05,
+            stop_at_target=stop_at_target,
+            checkpoint_dir=tmp_path / "ckpt",
+            run_dir=tmp_path,
+            resume=resume,
+        )
+        return result, train
+
+    first, _ = run(stop_at_target=True, resume=False)
+    assert first.record.status == "target_reached" and len(first.record.epochs) == 1
+    again, train = run(stop_at_target=True)
+    assert train.epochs_seen == []  # nothing trained again
+    assert again.record.status == "target_reached" and len(again.record.epochs) == 1
+    assert RunRecord.read(tmp_path).status == "target_reached"
+    # without stop_at_target the run trains its remaining epochs
+    rest, train = run(stop_at_target=False)
+    assert train.epochs_seen == [1, 2]
+    assert rest.record.status == "completed" and len(rest.record.epochs) == 3
+
+
+def test_run_json_and_checkpoint_follow_the_umask(fmnist_arrays, tmp_path: Path) -> None:
+    train, val = _loaders(fmnist_arrays)
+    old = os.umask(0o022)
+    try:
+        fit(_model(), train, val, epochs=1, checkpoint_dir=tmp_path / "ckpt", run_dir=tmp_path)
+        os.umask(0o027)
+        RunRecord.read(tmp_path).write(tmp_path / "again")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "run.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "ckpt" / "last.pt").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "again" / "run.json").stat().st_mode) == 0o640

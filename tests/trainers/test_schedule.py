@@ -104,3 +104,21 @@ def test_schedule_parse() -> None:
         Schedule.parse("lazy")
     with pytest.raises(TrainerConfigError, match="epochs must be"):
         PhaseController(Schedule.FRESH, epochs=0)
+
+
+def test_a_gain_of_exactly_min_delta_counts_despite_float_rounding() -> None:
+    c = PhaseController(Schedule.PERFECT, epochs=10, rule=SwitchRule(patience=1, min_delta=0.002))
+    c.observe(0, 0.811)
+    c.observe(1, 0.813)  # 0.813 < 0.811 + 0.002 in floats
+    assert c.switch_reason is None and c.phase is Phase.CACHED
+    n = 10000
+    for k in range(0, n - 20, 7):  # every accuracy k/n followed by a gain of 20/n = 0.002
+        c = PhaseController(
+            Schedule.PERFECT, epochs=10, rule=SwitchRule(patience=1, min_delta=0.002)
+        )
+        c.observe(0, k / n)
+        c.observe(1, (k + 20) / n)
+        assert c.switch_reason is None, (k / n, (k + 20) / n)
+    assert c.best is not None
+    c.observe(2, c.best + 0.0019)  # a gain below min_delta still ends phase 1
+    assert c.switch_reason is SwitchReason.PLATEAU
