@@ -1279,21 +1279,8 @@ class CacheStore:
         Delete the directory to give the disk space back.
         """
         shared = self._env()
-        if shared.readonly:
-            raise CacheError(f"cannot clear: the cache at {self.path} is read-only")
         self._known_complete.clear()
-        try:
-            txn = shared.env.begin(write=True, db=shared.records)
-            try:
-                count = int(txn.stat(shared.records)["entries"])
-                txn.drop(shared.records, delete=False)
-                _commit(txn)
-            except BaseException:
-                txn.abort()
-                raise
-        except lmdb.Error as exc:
-            raise CacheError(f"clearing the cache at {self.path} failed: {exc}") from exc
-        _settle(shared)
+        count = _drop_all(shared, self.path, metadata=False)
         if self._state is StoreState.FULL:
             self._state = StoreState.ADMITTING
         return count
@@ -1478,21 +1465,28 @@ def reset_cache(path: str | os.PathLike[str]) -> int:
         raise CacheError(f"cache path {where} exists and is not a directory; check the path")
     shared = _acquire(where, None, create=False)
     try:
-        if shared.readonly:
-            raise CacheError(f"cannot clear: the cache at {where} is read-only")
-        try:
-            txn = shared.env.begin(write=True)
-            try:
-                count = int(txn.stat(shared.records)["entries"])
-                txn.drop(shared.records, delete=False)
-                txn.delete(META_KEY, db=shared.meta)
-                _commit(txn)
-            except BaseException:
-                txn.abort()
-                raise
-        except lmdb.Error as exc:
-            raise CacheError(f"clearing the cache at {where} failed: {_explain(exc)}") from exc
-        _settle(shared)
+        return _drop_all(shared, where, metadata=True)
     finally:
         _release(where, shared)
+
+
+def _drop_all(shared: _SharedEnv, where: Path, *, metadata: bool) -> int:
+    """Delete every record (and with ``metadata``, the metadata) in one transaction, then
+    :func:`_settle` so the next fill reuses the pages; returns the records deleted."""
+    if shared.readonly:
+        raise CacheError(f"cannot clear: the cache at {where} is read-only")
+    try:
+        txn = shared.env.begin(write=True)
+        try:
+            count = int(txn.stat(shared.records)["entries"])
+            txn.drop(shared.records, delete=False)
+            if metadata:
+                txn.delete(META_KEY, db=shared.meta)
+            _commit(txn)
+        except BaseException:
+            txn.abort()
+            raise
+    except lmdb.Error as exc:
+        raise CacheError(f"clearing the cache at {where} failed: {_explain(exc)}") from exc
+    _settle(shared)
     return count
