@@ -466,6 +466,19 @@ def _commit(txn: lmdb.Transaction) -> None:
     txn.commit()
 
 
+@contextmanager
+def _write_txn(shared: _SharedEnv, db: Any = None) -> Iterator[lmdb.Transaction]:
+    """A write transaction on ``db`` (default: the main database), committed through
+    :func:`_commit` when the block ends and aborted if anything in it raises."""
+    txn = shared.env.begin(write=True, db=db)
+    try:
+        yield txn
+        _commit(txn)
+    except BaseException:
+        txn.abort()
+        raise
+
+
 def _settle(shared: _SharedEnv) -> bool:
     """Commit one small transaction (a key put and deleted in the ``meta`` database).
 
@@ -474,14 +487,9 @@ def _settle(shared: _SharedEnv) -> bool:
     them instead of needing new ones. Returns False when it could not commit.
     """
     try:
-        txn = shared.env.begin(write=True, db=shared.meta)
-        try:
+        with _write_txn(shared, shared.meta) as txn:
             txn.put(_SETTLE_KEY, b"")
             txn.delete(_SETTLE_KEY)
-            _commit(txn)
-        except BaseException:
-            txn.abort()
-            raise
     except lmdb.Error:
         return False
     return True
@@ -695,12 +703,11 @@ class CacheStore:
         rebuild = self._rebuild
         self._rebuild = False  # once per store: an unpickled or reopened store never rebuilds
         try:
-            txn = shared.env.begin(write=True)
-            try:
+            with _write_txn(shared) as txn:
                 current = txn.get(META_KEY, db=shared.meta)
                 if current is not None and not rebuild:
                     # Another process may have created it meanwhile: keep its creation time.
-                    stored = CacheMeta.from_json(current, where=where)
+                    stored = CacheMeta.from_json(bytes(current), where=where)
                     stored.check(self.identity, where=where)
                     new = dataclasses.replace(new, created=stored.created)
                 if rebuild:
@@ -708,10 +715,6 @@ class CacheStore:
                     txn.drop(shared.records, delete=False)
                     logger.info("cache %s cleared for a rebuild", where)
                 txn.put(META_KEY, new.to_json(), db=shared.meta)
-                _commit(txn)
-            except BaseException:
-                txn.abort()
-                raise
             self._meta_raw = new.to_json()
             if rebuild:
                 _settle(shared)
@@ -1190,8 +1193,7 @@ class CacheStore:
         takes the cache beyond ``max_bytes``. Returns ``(written, dropped)``."""
         size = self._payload_size()
         dropped = 0
-        txn = shared.env.begin(write=True, db=shared.records)
-        try:
+        with _write_txn(shared, shared.records) as txn:
             if not self._meta_current(txn):
                 raise _Rebuilt
             for key in pending:
@@ -1205,10 +1207,6 @@ class CacheStore:
             )
             if written and self._used_bytes(txn, shared) > self._data_limit(shared):
                 raise _OverMaxBytes(f"the write would exceed max_bytes={self.config.max_bytes}")
-            _commit(txn)
-        except BaseException:
-            txn.abort()
-            raise
         if dropped:
             _settle(shared)
         return int(written), dropped
@@ -1256,14 +1254,9 @@ class CacheStore:
         self._known_complete.clear()
         deleted = 0
         try:
-            txn = shared.env.begin(write=True, db=shared.records)
-            try:
+            with _write_txn(shared, shared.records) as txn:
                 for key in keys:
                     deleted += bool(txn.delete(key))
-                _commit(txn)
-            except BaseException:
-                txn.abort()
-                raise
         except lmdb.Error as exc:
             raise CacheError(f"dropping records from the cache at {self.path} failed: {exc}") from exc
         if deleted:
@@ -1476,16 +1469,11 @@ def _drop_all(shared: _SharedEnv, where: Path, *, metadata: bool) -> int:
     if shared.readonly:
         raise CacheError(f"cannot clear: the cache at {where} is read-only")
     try:
-        txn = shared.env.begin(write=True)
-        try:
+        with _write_txn(shared) as txn:
             count = int(txn.stat(shared.records)["entries"])
             txn.drop(shared.records, delete=False)
             if metadata:
                 txn.delete(META_KEY, db=shared.meta)
-            _commit(txn)
-        except BaseException:
-            txn.abort()
-            raise
     except lmdb.Error as exc:
         raise CacheError(f"clearing the cache at {where} failed: {_explain(exc)}") from exc
     _settle(shared)
