@@ -200,7 +200,11 @@ class LogWriter:
     def _drop_bad_rows(
         self, rows: list[Mapping[str, Any]]
     ) -> tuple[list[Mapping[str, Any]], pa.Table | None]:
-        """Convert ``rows`` one by one; drop and count those that do not fit the schema.
+        """Drop and count the rows that do not fit the schema, keeping the others in order.
+
+        The rows are converted in halves, recursively, down to the bad rows alone: a
+        batch of tens of thousands of rows with one bad row becomes a few tables, not
+        one table per row (which took seconds, under the flush lock).
 
         Returns
         -------
@@ -209,15 +213,27 @@ class LogWriter:
         """
         good: list[Mapping[str, Any]] = []
         tables: list[pa.Table] = []
-        first_problem = ""
-        for row in rows:
+        problems: list[str] = []
+
+        def convert(part: list[Mapping[str, Any]]) -> None:
             try:
-                tables.append(_to_table([row]))
-                good.append(row)
+                tables.append(_to_table(part))
+                good.extend(part)
+                return
             except SchemaError as exc:
-                if not first_problem:
-                    file_id = row.get("file_id") if isinstance(row, Mapping) else None
-                    first_problem = f"file_id {file_id!r}: {exc}"
+                if len(part) == 1:
+                    if not problems:
+                        row = part[0]
+                        file_id = row.get("file_id") if isinstance(row, Mapping) else None
+                        problems.append(f"file_id {file_id!r}: {exc}")
+                    return
+            half = len(part) // 2
+            convert(part[:half])
+            convert(part[half:])
+
+        if rows:
+            convert(list(rows))
+        first_problem = problems[0] if problems else ""
         dropped = len(rows) - len(good)
         if dropped:
             self.rows_dropped += dropped
