@@ -312,19 +312,15 @@ class _SharedEnv:
 
 _REGISTRY: dict[str, _SharedEnv] = {}
 _REGISTRY_LOCK = threading.Lock()
-# Environments inherited through fork and replaced by the child's own: kept referenced so
-# that they are never closed (closing would drop this process's locks and reader slots).
-_INHERITED: list[_SharedEnv] = []
-# Caches (real paths) whose environment this process inherited through fork.
-_INHERITED_PATHS: set[str] = set()
+# Environments inherited through fork and replaced by the child's own, by real path: kept
+# referenced so that they are never closed (closing would drop this process's locks and
+# reader slots); a path here has an inherited handle open in this process.
+_INHERITED: dict[str, list[_SharedEnv]] = {}
 
 
 def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()
-    for key, shared in _REGISTRY.items():
-        if shared.owner_pid != os.getpid():
-            _INHERITED_PATHS.add(key)
 
 
 @contextmanager
@@ -438,12 +434,11 @@ def _acquire(path: Path, config: CacheConfig | None, *, create: bool) -> _Shared
         shared = _REGISTRY.get(key)
         if shared is not None and shared.owner_pid != os.getpid():
             # Inherited through fork: this process opens its own (see the module docs).
-            _INHERITED.append(shared)
-            _INHERITED_PATHS.add(key)
+            _INHERITED.setdefault(key, []).append(shared)
             del _REGISTRY[key]
             shared = None
         if shared is None:
-            shared = _open_env(path, config, create=create, inherited=key in _INHERITED_PATHS)
+            shared = _open_env(path, config, create=create, inherited=key in _INHERITED)
             _REGISTRY[key] = shared
         shared.users += 1
         return shared
@@ -457,8 +452,10 @@ def _release(path: Path, shared: _SharedEnv) -> None:
             return
         if _REGISTRY.get(key) is shared:
             del _REGISTRY[key]
-        if shared.owner_pid == os.getpid():  # never close a handle inherited through fork
+        if shared.owner_pid == os.getpid():
             shared.env.close()
+        else:  # inherited through fork: never closed here, and still open in this process
+            _INHERITED.setdefault(key, []).append(shared)
 
 
 def _commit(txn: lmdb.Transaction) -> None:
@@ -714,8 +711,9 @@ class CacheStore:
                     self._known_complete.clear()
                     txn.drop(shared.records, delete=False)
                     logger.info("cache %s cleared for a rebuild", where)
-                txn.put(META_KEY, new.to_json(), db=shared.meta)
-            self._meta_raw = new.to_json()
+                raw = new.to_json()
+                txn.put(META_KEY, raw, db=shared.meta)
+            self._meta_raw = raw
             if rebuild:
                 _settle(shared)
         except lmdb.MapFullError:

@@ -112,6 +112,38 @@ def test_a_forked_child_serves_beside_its_parent(open_store: Opener) -> None:
     assert helpers.check_batch(store, idx, 0) == 64
 
 
+def test_a_forked_child_can_close_an_inherited_store_and_open_the_cache_again(
+    open_store: Opener,
+) -> None:
+    """The inherited handle stays open in the child after its store is closed there, so
+    the child's next open of the same cache must still get past py-lmdb's same-file
+    check."""
+    store = open_store()
+    idx = np.arange(64)
+    store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+    assert helpers.check_batch(store, idx, 0) == 64
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            os.close(read_fd)
+            store.close()
+            again = open_store()
+            code = 0 if helpers.check_batch(again, idx, 0) == 64 else 2
+            again.close()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent through the pipe
+            os.write(write_fd, repr(exc).encode()[:500])
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read_fd, "rb") as pipe:
+        error = pipe.read().decode()
+    assert os.waitstatus_to_exitcode(status) == 0, error
+    assert helpers.check_batch(store, idx, 0) == 64
+
+
 def test_a_store_stops_using_a_cache_another_store_rebuilt(
     open_store: Opener, caplog: pytest.LogCaptureFixture
 ) -> None:
