@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import os
 import platform
 import threading
@@ -21,7 +20,7 @@ from typing import Any
 import psutil
 from tabulate import tabulate
 
-from placement.jsonout import json_safe
+from placement.jsonout import dumps
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -135,7 +134,7 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     """
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    text = json.dumps(json_safe(payload), indent=2, default=str, allow_nan=False)
+    text = dumps(payload, indent=2, default=str)
     path = RESULTS_DIR / f"{name}-{stamp}.json"
     path.write_text(text)
     (RESULTS_DIR / f"{name}-latest.json").write_text(text)

@@ -63,12 +63,13 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 from placement.bound import savings_upper_bound
 from placement.cost import CostModel
-from placement.evaluate import EvaluationConfig, evaluate
+from placement.evaluate import EvaluationConfig, evaluate, savings_ratio
 from placement.features import FEATURE_COLUMNS, HistoryStore, build_features, clean_table
 from placement.logwriter import read_logs
 from placement.model import DensityModel, ModelParams
 from placement.policy import AdaptiveThresholdPolicy, FirstFitPolicy
 from placement.simulator import Trace, overlap_runs, peak_live_bytes, simulate
+from placement.text import number_text
 
 sys.path.append(str(_HERE))
 from _common import RESULTS_DIR, format_table, machine_info, write_results
@@ -100,7 +101,8 @@ def _goal_lines(result) -> list[str]:
     if thr is not None:
         lines.append(
             f"         online threshold fed the TRUE density: {100 * thr:.2f}% "
-            f"({100 * thr / oracle:.1f}% of the oracle) - the ceiling of any predictor under this policy"
+            f"({number_text(savings_ratio(thr, oracle), '.1f', scale=100, suffix='%')} of the "
+            "oracle) - the ceiling of any predictor under this policy"
         )
     if "upper_bound" in five:
         lines.append(
@@ -211,7 +213,12 @@ def overlap_rows(
                 [f"{k:g}", split]
                 + [f"{100 * v:.1f}%" for v in five.values()]
                 + ["-" if per_workload is None else f"{100 * per_workload:.1f}%"]
-                + [f"{oracle / ff:.2f}x", f"{100 * five['lightgbm'] / oracle:.1f}%"]
+                + [
+                    number_text(savings_ratio(oracle, ff), ".2f", suffix="x"),
+                    number_text(
+                        savings_ratio(five["lightgbm"], oracle), ".1f", scale=100, suffix="%"
+                    ),
+                ]
                 + [
                     f"{100 * goal['upper_bound']:.1f}%",
                     f"{goal['upper_bound_ratio_to_best_heuristic']:.2f}x",
@@ -222,7 +229,7 @@ def overlap_rows(
                 "savings_5pct": five,
                 "per_workload_5pct": per_workload,
                 "savings_by_kind_5pct": {n: r.savings_by_kind[n]["5%"] for n in names},
-                "oracle_over_first_fit": oracle / ff,
+                "oracle_over_first_fit": savings_ratio(oracle, ff),
                 "upper_bound_5pct": goal["upper_bound"],
                 "best_heuristic": goal["best_heuristic"],
                 "upper_bound_over_best_heuristic": goal["upper_bound_ratio_to_best_heuristic"],

@@ -139,13 +139,14 @@ def savings_upper_bound(
         created, deleted = trace.created[pack], trace.deleted[pack]
         g = gain[pack]
         share = size[pack] / cap
-        res, n_times = _solve(created, deleted, share, g)
+        n_times, at_create, at_delete = _event_index(created, deleted)
+        res = _solve(n_times, at_create, at_delete, share, g)
         if res.status != 0:
             raise BoundError(
                 f"the savings bound's linear program ({len(pack)} files, {n_times} event "
                 f"times) was not solved: {res.message}"
             )
-        best = _dual_bound(res, created, deleted, share, g)
+        best = _dual_bound(res, at_create, at_delete, share, g)
     return SavingsBound(
         savings_usd=best + free,
         all_hdd_tco_usd=float(hdd_cost.sum()),
@@ -156,8 +157,19 @@ def savings_upper_bound(
     )
 
 
-def _solve(created: np.ndarray, deleted: np.ndarray, share: np.ndarray, gain: np.ndarray) -> Any:
-    """Solve the LP in level form; returns (scipy's result, number of event times).
+def _event_index(created: np.ndarray, deleted: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """The number of distinct event times of the files, and each file's creation and
+    deletion as an index into those times (sorted): file ``i`` is alive over the levels
+    ``[at_create[i], at_delete[i])`` of :func:`_solve`."""
+    times = np.unique(np.concatenate([created, deleted]))
+    return len(times), np.searchsorted(times, created), np.searchsorted(times, deleted)
+
+
+def _solve(
+    m: int, at_create: np.ndarray, at_delete: np.ndarray, share: np.ndarray, gain: np.ndarray
+) -> Any:
+    """Solve the LP in level form over ``m`` event times (:func:`_event_index`); returns
+    scipy's result.
 
     Variables: ``x_i`` for the files, then ``L_t`` for each event time, the SSD level
     just after the events at ``t`` (deletions, then creations), as a share of the budget.
@@ -170,10 +182,7 @@ def _solve(created: np.ndarray, deleted: np.ndarray, share: np.ndarray, gain: np
     from scipy import sparse
     from scipy.optimize import linprog
 
-    times = np.unique(np.concatenate([created, deleted]))
-    n, m = len(created), len(times)
-    at_create = np.searchsorted(times, created)
-    at_delete = np.searchsorted(times, deleted)
+    n = len(at_create)
     levels = np.arange(m)
     rows = np.concatenate([at_create, at_delete, levels, levels[1:]])
     cols = np.concatenate([np.arange(n), np.arange(n), n + levels, n + levels[:-1]])
@@ -182,12 +191,11 @@ def _solve(created: np.ndarray, deleted: np.ndarray, share: np.ndarray, gain: np
     # gains scaled so the largest is 1 (and sizes to shares of the budget): HiGHS's
     # tolerances are absolute, and gains are micro-dollars next to sizes of gigabytes
     objective = np.concatenate([-gain / gain.max(), np.zeros(m)])
-    res = linprog(objective, A_eq=matrix, b_eq=np.zeros(m), bounds=(0.0, 1.0), method="highs")
-    return res, m
+    return linprog(objective, A_eq=matrix, b_eq=np.zeros(m), bounds=(0.0, 1.0), method="highs")
 
 
 def _dual_bound(
-    res: Any, created: np.ndarray, deleted: np.ndarray, share: np.ndarray, gain: np.ndarray
+    res: Any, at_create: np.ndarray, at_delete: np.ndarray, share: np.ndarray, gain: np.ndarray
 ) -> float:
     """Weak-duality upper bound of the LP optimum, US dollars (module docstring).
 
@@ -197,14 +205,11 @@ def _dual_bound(
     gains (largest 1) and are scaled back; ``y`` is clipped to ``>= 0``, so the bound
     holds for whatever duals the solver returns.
     """
-    times = np.unique(np.concatenate([created, deleted]))
     lam = np.asarray(res.eqlin.marginals, np.float64) * float(gain.max())
     y = np.maximum(lam - np.append(lam[1:], 0.0), 0.0)
     y[~np.isfinite(y)] = 0.0  # any y >= 0 gives a valid bound
     # file i is alive over the levels [at_create, at_delete)
     prefix = np.concatenate([[0.0], np.cumsum(y)])
-    at_create = np.searchsorted(times, created)
-    at_delete = np.searchsorted(times, deleted)
     priced = share * (prefix[at_delete] - prefix[at_create])
     slack = np.maximum(gain - priced, 0.0)
     return float(y.sum() + slack.sum())

@@ -153,6 +153,15 @@ def budgets_to_percents(budgets: tuple[float, ...]) -> str:
     return ",".join(f"{100 * b:g}" for b in budgets)
 
 
+def _lifetime_error(first: float, n_bad: int, n: int) -> PlacementConfigError:
+    """The error for lifetimes that are not seconds > 0 (``first`` of ``n_bad`` of ``n``)."""
+    return PlacementConfigError(
+        f"lifetime_s={first!r} ({n_bad} of {n} lifetimes) must be "
+        "seconds > 0; floor lifetimes at placement.schema.MIN_LIFETIME_S, or pass "
+        "None for the long-lived limit"
+    )
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CostModel:
     """Prices of SSD and HDD; see the module docstring for the rule and the sources.
@@ -281,14 +290,13 @@ class CostModel:
         if lifetime_s is None:
             return c_s / p if c_h < c_s else 0.0
         life = np.asarray(lifetime_s, np.float64)
-        bad = ~(life > 0)  # NaN included
-        if bad.any():
-            first = float(life[bad].flat[0])
-            raise PlacementConfigError(
-                f"lifetime_s={first!r} ({int(bad.sum())} of {life.size} lifetimes) must be "
-                "seconds > 0; floor lifetimes at placement.schema.MIN_LIFETIME_S, or pass "
-                "None for the long-lived limit"
-            )
+        if life.ndim == 0:  # one decision: skip the array check's cost
+            if not float(life) > 0:  # NaN included
+                raise _lifetime_error(float(life), 1, 1)
+        else:
+            bad = ~(life > 0)  # NaN included
+            if bad.any():
+                raise _lifetime_error(float(life[bad].flat[0]), int(bad.sum()), life.size)
         w = self.ssd_usd_per_tb_written / 1e12
         q = self.hdd_usd_per_byte_transferred
         with np.errstate(divide="ignore", invalid="ignore"):

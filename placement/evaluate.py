@@ -70,7 +70,7 @@ from placement.cost import (
     budgets_to_percents,
     focus_budget_index,
 )
-from placement.errors import PlacementError
+from placement.errors import PlacementConfigError
 from placement.features import (
     HistoryStore,
     build_features,
@@ -78,7 +78,7 @@ from placement.features import (
     estimated_sizes,
     log_density,
 )
-from placement.jsonout import dumps, json_safe
+from placement.jsonout import dumps, json_safe, overlap_json
 from placement.measure import measure_decisions
 from placement.model import (
     MIN_PIPELINE_ROWS,
@@ -121,7 +121,7 @@ HEURISTICS: tuple[str, ...] = ("first-fit", "small-files-first", "stage-history"
 UPPER_BOUND = "upper-bound (LP)"
 
 
-class EvaluationError(PlacementError, ValueError):
+class EvaluationError(PlacementConfigError):
     """The log cannot be evaluated as asked (too few pipelines or runs, bad settings)."""
 
 
@@ -281,9 +281,8 @@ class EvaluationResult:
         """:meth:`to_dict` as written to JSON: ``config.overlap`` ``inf`` as the string
         ``"inf"``, then every other non-finite number as ``None`` (see the module docstring)."""
         out = self.to_dict()
-        overlap = out["config"].get("overlap")
-        if overlap is not None and math.isinf(overlap):
-            out["config"]["overlap"] = "inf"
+        if "overlap" in out["config"]:
+            out["config"]["overlap"] = overlap_json(out["config"]["overlap"])
         safe: dict[str, Any] = json_safe(out)
         return safe
 
@@ -370,7 +369,7 @@ class EvaluationResult:
         """
         paths = output_paths(directory, stem)
         paths["json"].parent.mkdir(parents=True, exist_ok=True)
-        paths["json"].write_text(dumps(self.to_json_dict(), indent=2, default=_json_default))
+        paths["json"].write_text(dumps(self.to_json_dict(), indent=2, default=str))
         text = self.table() + "\n"
         if self.savings_by_kind:
             text += "\nwhere the savings come from (points of the all-HDD TCO)\n"
@@ -387,11 +386,6 @@ def output_paths(
     ``table``, ``png``)."""
     d = Path(directory)
     return {"json": d / f"{stem}.json", "table": d / f"{stem}.txt", "png": d / f"{stem}.png"}
-
-
-def _json_default(value: Any) -> Any:
-    """A type :func:`placement.jsonout.json_safe` leaves alone, as its text."""
-    return str(value)
 
 
 def savings_ratio(a: float, b: float) -> float:

@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["dumps", "json_safe"]
+__all__ = ["dumps", "json_safe", "overlap_json"]
 
 
 def json_safe(value: Any) -> Any:
@@ -62,3 +62,9 @@ def dumps(value: Any, **kwargs: Any) -> str:
         ``default`` returns one.
     """
     return json.dumps(json_safe(value), allow_nan=False, **kwargs)
+
+
+def overlap_json(overlap: float | None) -> float | str | None:
+    """An ``overlap`` setting (runs replayed at a time) as the JSON writes it: ``inf``
+    (every run at once) as the string ``"inf"``, so it is not taken for ``null``."""
+    return "inf" if overlap is not None and math.isinf(overlap) else overlap

@@ -23,22 +23,26 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
 from placement.errors import ModelError, PlacementError
-from placement.jsonout import dumps
+from placement.jsonout import dumps, overlap_json
 from placement.text import number_text, text_table
+
+if TYPE_CHECKING:
+    from placement.features import RowIssues
 
 logger = logging.getLogger(__name__)
 
 _BAD_SHOWN = 5
 
 
-def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any]]:
-    """Log rows of ``paths`` (files or directories) and a report of what was skipped.
+def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], RowIssues]:
+    """Log rows of ``paths`` (files or directories), a report of what was skipped, and the
+    bad rows :func:`placement.features.clean_table` dropped.
 
     A file found more than once (its directory and the file itself given, or two paths to
     it) is read once; the report counts the repeats in ``files_repeated``.
@@ -104,7 +108,7 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any]]:
             + f", {issues.n_dropped} bad row(s)); give placement logs written by "
             "`dataplane placement collect` or the placement service"
         )
-    return df, report
+    return df, report, issues
 
 
 def _emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
@@ -113,11 +117,6 @@ def _emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
         click.echo(dumps(payload, indent=2, default=str))
     else:
         click.echo(text)
-
-
-def _overlap_json(overlap: float | None) -> float | str | None:
-    """``--overlap`` as the JSON writes it: ``inf`` (every run at once) as ``"inf"``."""
-    return "inf" if overlap is not None and math.isinf(overlap) else overlap
 
 
 def _input_text(report: dict[str, Any]) -> str:
@@ -196,7 +195,7 @@ def train_command(
     from placement.features import HistoryStore
     from placement.model import ModelParams, ModelSet
 
-    df, report = _read(logs, not no_progress)
+    df, report, _ = _read(logs, not no_progress)
     try:
         models = ModelSet.fit(
             df,
@@ -339,18 +338,14 @@ def evaluate_command(
     except PlacementError as exc:
         raise click.UsageError(str(exc)) from exc
     _check_writable(out_dir)
-    df, report = _read(logs, not no_progress)
+    df, report, issues = _read(logs, not no_progress)
     try:
         result = evaluate(df, config, progress=not no_progress, measure=measure, log=logger.info)
     except PlacementError as exc:
         raise click.ClickException(str(exc)) from exc
     # evaluate() saw the rows _read had already cleaned: count the input's rows instead
-    result.rows["total"] = report["rows_read"]
-    result.rows["dropped"] = {
-        "total_rows": report["rows_read"],
-        "dropped_rows": report["rows_dropped"],
-        "by_reason": dict(report["rows_dropped_by_reason"]),
-    }
+    result.rows["total"] = issues.total_rows
+    result.rows["dropped"] = issues.to_dict()
     result.rows["input"] = report
     replaced = [p for p in output_paths(out_dir).values() if p.exists()]
     try:
@@ -560,7 +555,7 @@ def simulate_command(
                 models = ModelSet.load(model_dir)
             except ModelError as exc:
                 raise click.ClickException(str(exc)) from exc
-    df, report = _read(logs, not no_progress)
+    df, report, _ = _read(logs, not no_progress)
     if overlap is not None:
         df = overlap_runs(df, overlap)
     history = HistoryStore.from_table(df)
@@ -594,7 +589,7 @@ def simulate_command(
         "input": report,
         "peak_live_bytes": peak,
         "ssd_capacity_bytes": cap,
-        "overlap": _overlap_json(overlap),
+        "overlap": overlap_json(overlap),
         "results": results,
     }
     if notes:

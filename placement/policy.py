@@ -598,9 +598,7 @@ class AdaptiveThresholdPolicy(_LedgerPolicy):
         if math.isnan(pred) or pred == -math.inf:  # no prediction, or the sparsest
             return Tier.HDD
         if pred == math.inf:  # the densest: admitted whenever it fits
-            if self.ledger.fits(size) and self.ledger.admit(file_id, size):
-                return Tier.SSD
-            return Tier.HDD
+            return Tier.SSD if self.ledger.admit(file_id, size) else Tier.HDD
         tier = Tier.HDD
         if (
             self.ledger.fits(size)
