@@ -568,6 +568,8 @@ def _drop_shards(client: Any, refs: Sequence[Any], *, cleanup: bool = False) -> 
     """
     from placement.storage.shards import drop_shard
 
+    if not refs:
+        return
     try:
         alive = _worker_addresses(client)
         gone = [r for r in refs if r.worker not in alive]
@@ -1189,7 +1191,7 @@ def collect(
     Raises
     ------
     PlacementError
-        If no run left a log row (the error says why).
+        If no run that finished whole left a log row (the error says why).
     """
     options = options or CollectOptions()
     out = Path(out_dir)
@@ -1225,7 +1227,6 @@ def _collect(
     from placement.storage import (
         FixedTier,
         PlacementWorkerPlugin,
-        flush_worker_logs,
         tiered_spill_buffer,
     )
 
@@ -1264,7 +1265,6 @@ def _collect(
             results.append(result)
             if on_run is not None:
                 on_run(result)
-        client.run(flush_worker_logs)
     logs = read_logs(parts_dir) if parts_dir.exists() else None
     table = logs.table if logs is not None else None
     dropped: Counter[str] = Counter()

@@ -167,13 +167,13 @@ class ServiceConfig:
                     f"dask.config.set({{'{SSD_CAPACITY_KEY}': '20GiB'}}) or the environment "
                     "variable DASK_PLACEMENT__SSD_CAPACITY=20GiB"
                 )
-            values["ssd_capacity_bytes"] = _bytes(SSD_CAPACITY_KEY, capacity)
+            values["ssd_capacity_bytes"] = capacity  # parsed by __post_init__
         model = dask.config.get(MODEL_KEY, default=None)
         values["model_path"] = str(model) if model else None
         values["log_dir"] = config_dir(LOG_DIR_KEY)
         ttl = dask.config.get(LEASE_TTL_KEY, default=None)
         if ttl is not None:
-            values["lease_ttl_s"] = _seconds(LEASE_TTL_KEY, ttl)
+            values["lease_ttl_s"] = ttl
         fraction = dask.config.get(LEASE_FRACTION_KEY, default=None)
         if fraction is not None:
             try:
@@ -225,13 +225,13 @@ class LinkConfig:
     def from_dask_config(cls, **overrides: Any) -> LinkConfig:
         """Read the ``placement.service.*`` keys; ``overrides`` (field names) win."""
         values: dict[str, Any] = {}
-        for field, key, parse in (
-            ("sync_interval_s", SYNC_INTERVAL_KEY, _seconds),
-            ("sync_timeout_s", SYNC_TIMEOUT_KEY, _seconds),
-            ("unknown_size_bytes", UNKNOWN_SIZE_KEY, _bytes),
+        for field, key in (
+            ("sync_interval_s", SYNC_INTERVAL_KEY),
+            ("sync_timeout_s", SYNC_TIMEOUT_KEY),
+            ("unknown_size_bytes", UNKNOWN_SIZE_KEY),
         ):
             value = dask.config.get(key, default=None)
             if value is not None:
-                values[field] = parse(key, value)
+                values[field] = value  # parsed by __post_init__
         values.update(overrides)
         return cls(**values)

@@ -201,9 +201,8 @@ class RequestBuilder:
             return None, None
         waiting_pos = [p for p in waiting if p is not None]
         now = min((p for p in running if p is not None), default=0)
+        # FileRequest clips it to the int32 log column
         distance = min(waiting_pos) - now if waiting_pos else None
-        if distance is not None:
-            distance = max(-INT32_MAX, min(INT32_MAX, distance))
         return distance, len(waiting)
 
     def _pressure(self) -> float | None:
