@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logs_analysis.errors import AnalysisError, InputError
-from logs_analysis.histogram import Histogram, add_frames, bin_of, outside_range
+from logs_analysis.histogram import Histogram, _bins_and_outside, add_frames
 from logs_analysis.issues import ReadIssues
 from logs_analysis.readers.base import Chunk
 from logs_analysis.validate import validate_rows
@@ -233,12 +233,13 @@ def process_chunk(item: tuple[int, Chunk], *, rate: float, seed: int = 0) -> Par
         for name in ("pipeline", "stage", "operator", "file_kind", "run_id")
     }
     hists: dict[tuple[str, str], list[pd.DataFrame]] = {}
-    dens_bins = bin_of(density)
+    n_outside: dict[str, int] = {}  # positive values beyond the histogram range, per variable
+    dens_bins, n_outside["density"] = _bins_and_outside(density)
     dens_w = {"bytes": size, "ops": ops, "byte_s": byte_s, "io_bytes": io_bytes}
     for gname, keys in DENSITY_GROUPINGS.items():
         hists[("density", gname)] = [_group_hist(keys, coded, dens_bins, dens_w)]
     for variable, values in (("lifetime", life), ("size", size)):
-        vb = bin_of(values)
+        vb, n_outside[variable] = _bins_and_outside(values)
         for gname, keys in SHAPE_GROUPINGS.items():
             hists[(variable, gname)] = [_group_hist(keys, coded, vb, {"bytes": size})]
 
@@ -273,9 +274,9 @@ def process_chunk(item: tuple[int, Chunk], *, rate: float, seed: int = 0) -> Par
         "deleted_max": float(deleted.max()),
         "zero_ops_rows": float((ops == 0).sum()),
         # values beyond the histogram range, counted in its end bins
-        "outside_range_density": float(outside_range(density)),
-        "outside_range_lifetime": float(outside_range(life)),
-        "outside_range_size": float(outside_range(size)),
+        "outside_range_density": float(n_outside["density"]),
+        "outside_range_lifetime": float(n_outside["lifetime"]),
+        "outside_range_size": float(n_outside["size"]),
     }
     run_sample: list[pd.DataFrame] = []
     row_sample: list[pd.DataFrame] = []

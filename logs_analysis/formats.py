@@ -22,8 +22,9 @@ are skipped, and a file whose format cannot be told is skipped and counted in th
 returned :class:`~logs_analysis.issues.ReadIssues` (so a ``README.md`` beside event
 logs does no harm). So are a dangling link, FIFO or socket inside a directory ("not a
 regular file (skipped)") and a file or directory reached a second time, by its resolved
-path, e.g. named and also inside a directory named ("duplicate path (read once)"). A path named explicitly must be recognised, unless ``--format``
-forces a format, in which case every file is read as that format.
+path, e.g. named and also inside a directory named ("duplicate path (read once)"). A
+path named explicitly must be recognised, unless ``--format`` forces a format, in which
+case every file is read as that format.
 """
 
 from __future__ import annotations
@@ -39,7 +40,15 @@ from pathlib import Path
 from logs_analysis.errors import FormatError, InputError, TruncatedStreamError
 from logs_analysis.issues import ReadIssues
 
-__all__ = ["DARSHAN_MAGIC", "Container", "LogFormat", "Source", "discover", "sniff"]
+__all__ = [
+    "DARSHAN_MAGIC",
+    "Container",
+    "LogFormat",
+    "Source",
+    "discover",
+    "resolved_path",
+    "sniff",
+]
 
 #: ``DARSHAN_MAGIC_NR`` of darshan-log-format.h, stored after the 8-byte version string.
 DARSHAN_MAGIC = 6567223
@@ -198,6 +207,14 @@ def _special_kind(path: Path) -> str:
     return "not a regular file"
 
 
+def resolved_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` resolved, or made absolute where it cannot be (e.g. a link loop)."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return Path(path).absolute()
+
+
 def _hidden(name: str) -> bool:
     return name.startswith((".", "_")) or name.endswith((".crc", ".tmp"))
 
@@ -241,10 +258,8 @@ def discover(
     rolling: set[Path] = set()  # resolved rolling event-log directories (read whole)
 
     def visit(path: Path, explicit: bool) -> None:
-        try:
-            resolved = path.resolve()
-        except (OSError, RuntimeError):  # a link loop: is_file() is False, counted below
-            resolved = path.absolute()
+        # a link loop resolves to its absolute path: is_file() is False, counted below
+        resolved = resolved_path(path)
         first = seen.get(resolved) or next(
             (seen[p] for p in resolved.parents if p in rolling), None
         )

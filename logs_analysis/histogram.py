@@ -6,9 +6,9 @@ to :data:`LOG_HI` (so a quantile read back from a histogram is within a factor
 size an ``int64`` can carry (up to 9.2e18 bytes) and every density such rows can have
 (one operation on 9.2e18 bytes for 1e10 s is 1.1e-29 ops/byte/s). A value outside it
 (or infinite) is counted in the end bin nearest to it; :func:`outside_range` counts such
-values so the report can say so. A bin also sums weights (bytes, operations, byte-seconds...), which is
-what the skew analysis needs. Zero values (a file never read or written has density 0)
-go to bin :data:`ZERO_BIN`.
+values so the report can say so. A bin also sums weights (bytes, operations,
+byte-seconds...), which is what the skew analysis needs. Zero values (a file never read
+or written has density 0) go to bin :data:`ZERO_BIN`.
 
 :class:`Histogram` holds one such histogram for each key of a grouping (e.g. each
 pipeline) as a tidy frame ``key, bin, n, <weights>``; histograms of chunks are added
@@ -48,25 +48,28 @@ N_BINS = round((LOG_HI - LOG_LO) / BIN_WIDTH)
 ZERO_BIN = -1
 
 
-def bin_of(values: np.ndarray) -> np.ndarray:
-    """Bin index of each value (``ZERO_BIN`` for values <= 0; clipped to the range)."""
+def _bins_and_outside(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`bin_of` of ``values`` and :func:`outside_range` of them, from one ``log10`` pass."""
     v = np.asarray(values, dtype=np.float64)
     out = np.full(v.shape, ZERO_BIN, dtype=np.int64)
     pos = v > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        b = np.floor((np.log10(v[pos]) - LOG_LO) / BIN_WIDTH)
+        lg = np.log10(v[pos])
+        b = np.floor((lg - LOG_LO) / BIN_WIDTH)
+    n_outside = int(np.count_nonzero(~((lg >= LOG_LO) & (lg < LOG_HI))))
     out[pos] = np.clip(b, 0, N_BINS - 1).astype(np.int64)
-    return out
+    return out, n_outside
+
+
+def bin_of(values: np.ndarray) -> np.ndarray:
+    """Bin index of each value (``ZERO_BIN`` for values <= 0; clipped to the range)."""
+    return _bins_and_outside(values)[0]
 
 
 def outside_range(values: np.ndarray) -> int:
     """How many positive values lie outside ``[10**LOG_LO, 10**LOG_HI)`` or are not finite
     (:func:`bin_of` puts them in the nearest end bin, so quantiles there are bounds)."""
-    v = np.asarray(values, dtype=np.float64)
-    pos = v[v > 0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lg = np.log10(pos)
-    return int(np.count_nonzero(~((lg >= LOG_LO) & (lg < LOG_HI))))
+    return _bins_and_outside(values)[1]
 
 
 def bin_lower(bins: np.ndarray) -> np.ndarray:

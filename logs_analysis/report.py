@@ -38,7 +38,7 @@ from logs_analysis.analyses.predictability import (
 from logs_analysis.analyses.savings import DEFAULT_BUDGETS, SavingsResult, savings_curve
 from logs_analysis.analyses.skew import skew, skew_by
 from logs_analysis.errors import AnalysisError, OutputError
-from logs_analysis.formats import LogFormat, discover
+from logs_analysis.formats import LogFormat, discover, resolved_path
 from logs_analysis.histogram import LOG_HI, LOG_LO
 from logs_analysis.readers import plan
 from placement.cost import focus_budget_index
@@ -132,13 +132,6 @@ def json_path_for(html_path: str | os.PathLike[str]) -> Path:
     return Path(html_path).with_suffix(".json")
 
 
-def _resolved(path: str | os.PathLike[str]) -> Path:
-    try:
-        return Path(path).resolve()
-    except (OSError, RuntimeError):
-        return Path(path).absolute()
-
-
 def check_output_paths(
     html_path: str | os.PathLike[str],
     inputs: Sequence[str | os.PathLike[str]] = (),
@@ -168,7 +161,7 @@ def check_output_paths(
     """
     html = Path(html_path)
     json_file = json_path_for(html)
-    if _resolved(html) == _resolved(json_file):
+    if resolved_path(html) == resolved_path(json_file):
         raise OutputError(
             f"--out {html} ends in .json, so the HTML report and its JSON would both be "
             f"{json_file}; choose another --out, e.g. {html.with_suffix('.html')}"
@@ -176,13 +169,13 @@ def check_output_paths(
     files: set[Path] = set()
     dirs: set[Path] = set()
     for p in [*inputs, *sources]:
-        r = _resolved(p)
+        r = resolved_path(p)
         if r.is_dir():
             dirs.add(r)
         else:
             files.add(r)
     for out, what in ((html, "the HTML report"), (json_file, f"the JSON beside --out {html}")):
-        r = _resolved(out)
+        r = resolved_path(out)
         if r in files:
             raise OutputError(f"{what} would overwrite the input log {out}; choose another --out")
         for d in sorted(dirs):
@@ -369,7 +362,8 @@ def build_report(
         Settings (defaults when omitted).
     out : path, optional
         Where the HTML report will be written; when given, it is checked against the
-        inputs before anything is read (:func:`check_output_paths`).
+        inputs and the sources found under them before any row is read
+        (:func:`check_output_paths`).
 
     Raises
     ------
@@ -387,8 +381,6 @@ def build_report(
     stages = _Stages(config.progress)
     try:
         stages.start("discover")
-        if out is not None:
-            check_output_paths(out, paths)  # before reading: e.g. --out r.json
         sources, issues = discover(list(paths), config.format)
         if out is not None:
             check_output_paths(out, paths, [s.path for s in sources])

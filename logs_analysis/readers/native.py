@@ -52,26 +52,26 @@ _JSON_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in SCHEMA])
 @dataclasses.dataclass(frozen=True)
 class ParquetChunk:
     """Whole row groups ``row_groups`` of one Parquet file; ``first_row`` is the file row
-    index of the first of them."""
+    index of the first of them. ``dictionary_columns`` are the :data:`DICTIONARY_COLUMNS`
+    the file has, read dictionary-encoded (:func:`plan_parquet` fills them in)."""
 
     source: str
     row_groups: tuple[int, ...]
     first_row: int
     estimated_rows: int
+    dictionary_columns: tuple[str, ...] = ()
 
     def load(self) -> ChunkResult:
         issues = ReadIssues()
         try:
-            pf = pq.ParquetFile(self.source)
-            # only columns the file has: read_dictionary names a missing one -> KeyError
-            present = [c for c in DICTIONARY_COLUMNS if c in pf.schema_arrow.names]
-            if present:
-                pf = pq.ParquetFile(self.source, metadata=pf.metadata, read_dictionary=present)
-            columns = [c for c in pf.schema_arrow.names if c in _SCHEMA_NAMES]
-            table = pf.read_row_groups(list(self.row_groups), columns=columns)
-            table = conform_keeping_dictionaries(
-                table.replace_schema_metadata(pf.schema_arrow.metadata)
-            )
+            with pq.ParquetFile(
+                self.source, read_dictionary=list(self.dictionary_columns) or None
+            ) as pf:
+                columns = [c for c in pf.schema_arrow.names if c in _SCHEMA_NAMES]
+                table = pf.read_row_groups(list(self.row_groups), columns=columns)
+                table = conform_keeping_dictionaries(
+                    table.replace_schema_metadata(pf.schema_arrow.metadata)
+                )
         except (OSError, pa.ArrowException, SchemaError) as exc:
             issues.add(
                 "unreadable row group",
@@ -159,6 +159,8 @@ def plan_parquet(
             count=max(pf.metadata.num_rows, 1),
         )
         return [], issues
+    # only columns the file has: read_dictionary naming a missing one -> KeyError
+    present = tuple(c for c in DICTIONARY_COLUMNS if c in names)
     chunks: list[ParquetChunk] = []
     group: list[int] = []
     group_rows = 0
@@ -166,13 +168,13 @@ def plan_parquet(
     for rg in range(pf.metadata.num_row_groups):
         n = pf.metadata.row_group(rg).num_rows
         if group and group_rows + n > chunk_rows:
-            chunks.append(ParquetChunk(source, tuple(group), first, group_rows))
+            chunks.append(ParquetChunk(source, tuple(group), first, group_rows, present))
             group, group_rows, first = [], 0, row
         group.append(rg)
         group_rows += n
         row += n
     if group:
-        chunks.append(ParquetChunk(source, tuple(group), first, group_rows))
+        chunks.append(ParquetChunk(source, tuple(group), first, group_rows, present))
     return chunks, issues
 
 
@@ -294,6 +296,10 @@ def _int_range(type_: pa.DataType) -> tuple[int, int]:
     return 0, (1 << bits) - 1
 
 
+#: ``(smallest, largest)`` value of each integer column of :data:`SCHEMA`.
+_INT_RANGES = {f.name: _int_range(f.type) for f in SCHEMA if pa.types.is_integer(f.type)}
+
+
 def _bad_value(row: dict[str, Any]) -> tuple[str, str] | None:
     """``(reason, detail)`` of the first value of ``row`` its column cannot hold, else None.
 
@@ -320,7 +326,7 @@ def _bad_value(row: dict[str, Any]) -> tuple[str, str] | None:
                 or (isinstance(v, float) and not v.is_integer())
             ):
                 return wrong, f"{field.name}={v!r} is not an integer"
-            lo, hi = _int_range(field.type)
+            lo, hi = _INT_RANGES[field.name]
             if not lo <= v <= hi:
                 return "value out of range", (
                     f"{field.name}={v!r} does not fit its column ({field.type}: {lo} to {hi})"

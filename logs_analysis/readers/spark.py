@@ -77,6 +77,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from logs_analysis.errors import FormatError, TruncatedStreamError
@@ -88,8 +89,8 @@ from placement.schema import SCHEMA, conform
 __all__ = ["OPERATORS", "SparkChunk", "operator_of", "plan_spark", "read_spark_events"]
 
 _EVENTS_RE = re.compile(r"^events_(\d+)_")
-_INT64_MAX = (1 << 63) - 1
-_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = int(np.iinfo(np.int64).max)
+_INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 class _MalformedEvent(ValueError):
@@ -305,12 +306,15 @@ def read_spark_events(path: str | Path) -> ChunkResult:
                     continue
                 metrics = ev.get("Task Metrics") or {}
                 st = stages[task.stage]
-                st.blocks_fetched += _num(
-                    metrics, "Shuffle Read Metrics", "Local Blocks Fetched"
-                ) + _num(metrics, "Shuffle Read Metrics", "Remote Blocks Fetched")
-                st.bytes_read += _num(metrics, "Shuffle Read Metrics", "Local Bytes Read") + _num(
+                # both read before either is added: a malformed one leaves the stage as it was
+                blocks = _num(metrics, "Shuffle Read Metrics", "Local Blocks Fetched") + _num(
+                    metrics, "Shuffle Read Metrics", "Remote Blocks Fetched"
+                )
+                read = _num(metrics, "Shuffle Read Metrics", "Local Bytes Read") + _num(
                     metrics, "Shuffle Read Metrics", "Remote Bytes Read"
                 )
+                st.blocks_fetched += blocks
+                st.bytes_read += read
                 tasks.append(task)
         except (_MalformedEvent, TypeError, ValueError, OverflowError) as exc:
             issues.add(

@@ -152,6 +152,46 @@ def test_spill_records(spark_copy: Path) -> None:
     assert row["deleted_at"] == ev["Task Info"]["Finish Time"] / 1000
 
 
+def test_malformed_task_end_leaves_stage_counts_unchanged(
+    spark_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from logs_analysis.readers import spark
+
+    lines = spark_copy.read_text().splitlines()
+    i = next(
+        i
+        for i, line in enumerate(lines)
+        if '"SparkListenerTaskEnd"' in line and json.loads(line)["Stage ID"] == 1
+    )
+    ev = json.loads(lines[i])
+    fetched = ev["Task Metrics"]["Shuffle Read Metrics"]
+    assert fetched["Local Blocks Fetched"] + fetched["Remote Blocks Fetched"] > 0
+    fetched["Remote Bytes Read"] = 1e30  # beyond int64: the event is malformed
+    without = tmp_path / "without"
+    without.write_text("\n".join(lines[:i] + lines[i + 1 :]) + "\n")
+    lines[i] = json.dumps(ev)
+    spark_copy.write_text("\n".join(lines) + "\n")
+
+    # _task_end reads the shuffle bytes too; hide them from it so that the bad value is met
+    # only where the reduce stage's fetched blocks and bytes are summed
+    task_end = spark._task_end
+
+    def without_shuffle_reads(ev: dict, *args: object) -> object:
+        metrics = {k: v for k, v in ev["Task Metrics"].items() if k != "Shuffle Read Metrics"}
+        return task_end({**ev, "Task Metrics": metrics}, *args)
+
+    monkeypatch.setattr(spark, "_task_end", without_shuffle_reads)
+    result = read_spark_events(spark_copy)
+    assert result.issues.counts == {"malformed Spark event": 1}
+    assert result.issues.examples[0].line == i + 1
+    got = result.table.to_pandas().set_index("file_id")
+    expected = read_spark_events(without).table.to_pandas().set_index("file_id")
+    assert len(got) == 100 and (got["read_ops"] > 0).all()
+    # the map outputs' reads come from the other reduce tasks only, as if the event were absent
+    for column in ("read_ops", "read_bytes"):
+        assert got[column].to_dict() == expected[column].to_dict()
+
+
 def _lz4_block_stream(data: bytes, block: int = 4096) -> bytes:
     out = bytearray()
     for start in range(0, len(data), block):
