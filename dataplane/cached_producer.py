@@ -56,13 +56,16 @@ On failure
   epoch. One ``CacheWarning`` per loader.
 * Disk full or I/O error while filling: filling stops (the filler logs it),
   serving goes on, one ``CacheWarning`` per loader.
-* A read of the cache fails: the rest of the pass is produced fresh, a
-  ``CacheWarning`` is issued and the loader stops using the cache.
+* A read of the cache fails, or another process rebuilds or clears the cache
+  during the pass (the store turns :attr:`cache.store.StoreState.STALE`): the rest
+  of the pass is produced fresh by one producer, a ``CacheWarning`` is issued and
+  the loader stops using the cache.
 * A corrupt record is never served: it counts as a miss, is produced fresh and
   refilled (the store drops the bad record in its next write).
 * A batch all of whose samples are skipped (corrupt sources, ``on_corrupt="skip"``)
   is made of the next samples of the pass instead, produced fresh, as without a
-  cache (:mod:`dataplane.dali_producer`); it is never yielded empty.
+  cache (:mod:`dataplane.dali_producer`), but not repeated up to the batch size when
+  fewer are found; it is yielded empty only if none can be produced.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cache import CacheConfig, CacheError, CacheFiller, CacheIdentity, CacheStore
+from cache import CacheConfig, CacheError, CacheFiller, CacheIdentity, CacheStore, StoreState
 from cache import StaleCacheError as _CacheStaleError
 from dataplane.background import BackgroundProducer
 from dataplane.errors import CacheWarning, StaleCacheError
@@ -87,6 +90,7 @@ from dataplane.producer import (
     ProducerContext,
     ProducerFactory,
     SkippedSample,
+    following_indices,
 )
 from dataplane.stats import CacheStats
 
@@ -436,6 +440,11 @@ class CachedBatchProducer(BackgroundProducer):
                 except CacheError as exc:
                     self._free.put(slot)
                     return self._serve_fresh(k, f"reading the cache at {store.path} failed: {exc}")
+                if store.state is StoreState.STALE:  # every sample reported missing
+                    self._free.put(slot)
+                    return self._serve_fresh(
+                        k, f"the cache at {store.path} was rebuilt or cleared by another process"
+                    )
             self.stats.corrupt += store.stats.corrupt - corrupt_before
             fresh = self._next_fresh(request.position) if k in planned else None
             batch, held = self._assemble(request, buffer, found, planned.get(k), fresh)
@@ -555,18 +564,15 @@ class CachedBatchProducer(BackgroundProducer):
 
     def _replace_empty(self, k: int, batch: ProducedBatch) -> ProducedBatch:
         """Request ``k`` lost every sample (corrupt sources): like the DALI producer, make
-        the batch of the next samples of the pass (wrapping around), produced fresh;
-        ``batch`` unchanged (empty) if none can be produced."""
+        the batch of the next samples of the pass (:func:`following_indices`, this
+        batch's skipped samples excluded), produced fresh, at most the request's size
+        and never repeated to fill it; ``batch`` unchanged (empty) if none can be
+        produced."""
         skipped = {s.index for s in batch.skipped}
         want = int(self._requests[k].indices.size)
         chosen: list[int] = []
-        n = len(self._requests)
-        for step in range(1, n):
-            for i in self._requests[(k + step) % n].indices.tolist():
-                if i not in skipped and i not in chosen:
-                    chosen.append(i)
-                if len(chosen) == want:
-                    break
+        for i in following_indices(self._requests, k, skipped):
+            chosen.append(i)
             if len(chosen) == want:
                 break
         if not chosen:

@@ -67,6 +67,7 @@ from dataplane.producer import (
     ProducedBatch,
     ProducerContext,
     SkippedSample,
+    following_indices,
 )
 from dataplane.validate import check_encoded
 
@@ -210,19 +211,13 @@ class _Feeder:
         want = int(self._requests[k].indices.size)
         indices: list[int] = []
         data: list[np.ndarray] = []
-        n = len(self._requests)
-        for step in range(1, n):
-            for i in self._requests[(k + step) % n].indices.tolist():
-                if i in self._excluded or i in indices:
-                    continue
-                raw, reason = self._check(i, self._read_one(i))
-                if reason is not None:  # reported with its own batch, if still due
-                    self._excluded[i] = SkippedSample(i, self._source.describe(i), reason)
-                    continue
-                indices.append(i)
-                data.append(np.frombuffer(raw, dtype=np.uint8))
-                if len(indices) == want:
-                    break
+        for i in following_indices(self._requests, k, self._excluded):
+            raw, reason = self._check(i, self._read_one(i))
+            if reason is not None:  # reported with its own batch, if still due
+                self._excluded[i] = SkippedSample(i, self._source.describe(i), reason)
+                continue
+            indices.append(i)
+            data.append(np.frombuffer(raw, dtype=np.uint8))
             if len(indices) == want:
                 break
         if indices:

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from dataplane.errors import DataplaneError, cli_message
+from dataplane.plan import MAX_SEED
 
 
 def peak_rss_bytes() -> int:
@@ -47,7 +48,7 @@ def peak_rss_bytes() -> int:
     help="DALI threads [default: available cores].",
 )
 @click.option("--shuffle/--no-shuffle", default=True, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0, max=2**48 - 1), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0, max=MAX_SEED - 1), default=0, show_default=True)
 @click.option(
     "--on-corrupt", type=click.Choice(["raise", "skip"]), default="raise", show_default=True
 )

@@ -58,10 +58,11 @@ SHAPE_PROBES = 16
 def _infer_image_shape(source: Source, labels: np.ndarray | None = None) -> tuple[int, int]:
     """(size, channels) inferred from a few samples' headers (no pixels are decoded).
 
-    Size: the shorter side of the first readable sample in index order. Channels: 3
-    if any of the probed samples is in colour, else 1. Probed: up to
-    :data:`SHAPE_PROBES` samples spread evenly over the dataset (the first included)
-    and the first sample of each of up to :data:`SHAPE_PROBES` classes.
+    Size: the shorter side of the first probed sample that can be read (probes are
+    tried in index order). Channels: 3 if any of the probed samples is in colour,
+    else 1. Probed: up to :data:`SHAPE_PROBES` samples spread evenly over the
+    dataset (the first included) and the first sample of each of up to
+    :data:`SHAPE_PROBES` classes.
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -106,7 +107,8 @@ class Loader:
         ``"train"``, ``"eval"``, a custom registered name, or a Recipe.
     size : int, optional
         Output side in pixels. Default: the recipe's size for a Recipe, else the
-        shorter side of the dataset's first (readable) image.
+        shorter side of the first readable image among the samples probed for
+        ``channels`` (tried in index order; the first sample is one of them).
     channels : {1, 3}, optional
         Output channels. Default: the recipe's for a Recipe, else 3 if any of up to
         16 samples spread over the dataset, or the first sample of a class, is in
@@ -134,10 +136,13 @@ class Loader:
         or is skipped, counted in :attr:`last_epoch_stats` and reported with a
         ``CorruptSampleWarning`` at epoch end. A batch with skipped samples is
         yielded shorter, never empty: a batch all of whose samples are skipped
-        holds the next valid samples of the epoch on this rank instead (repeated
-        up to the batch size if fewer remain), so ``len(loader)`` and the number
-        of batches on every rank are unchanged. If no valid sample is left to
-        stand in, iterating raises ``DataError`` naming the skipped files.
+        holds the next valid samples of the epoch on this rank instead, so
+        ``len(loader)`` and the number of batches on every rank are unchanged.
+        Without ``cache=`` (or once the loader stops using the cache) they are
+        repeated up to the batch size if fewer remain; in a pass served through
+        the cache they are not, and the batch holds only those found. If no
+        valid sample is left to stand in, iterating raises ``DataError`` naming
+        the skipped files.
     producer : callable, optional
         Advanced: a :data:`~dataplane.producer.ProducerFactory` replacing the
         default DALI producer (with ``cache=``, it produces the cache misses).

@@ -28,16 +28,18 @@ Failure contract: a sample that cannot be read or decoded raises
 ``OnCorrupt.RAISE``; under ``OnCorrupt.SKIP`` it is left out of its batch and
 listed in :attr:`ProducedBatch.skipped`. A batch that would be left empty holds
 other samples of the pass instead (the built-in producers take the next valid
-ones); the loader's iterator raises ``DataError`` on an empty batch. Other
-failures raise
-:class:`dataplane.errors.DataplaneError` subclasses.
+ones, see :func:`following_indices`). The loader's iterator refuses an empty
+batch: it raises ``DataError`` naming the skipped samples, or
+:class:`dataplane.errors.PipelineError` when neither the batch nor an earlier
+batch of the pass lists a skipped sample (a producer that yields no sample).
+Other failures raise :class:`dataplane.errors.DataplaneError` subclasses.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -167,3 +169,25 @@ class BatchProducer(Protocol):
 
 
 ProducerFactory = Callable[[ProducerContext, Sequence[BatchRequest]], BatchProducer]
+
+
+def following_indices(
+    requests: Sequence[BatchRequest], k: int, exclude: Container[int] = ()
+) -> Iterator[int]:
+    """Source indices of the requests after request ``k``, in planned order.
+
+    The candidates to stand in for request ``k`` when every one of its samples was
+    skipped: the indices of requests ``k + 1``, ``k + 2``, ... wrapping around to the
+    first, request ``k`` itself excluded; each index at most once, none in
+    ``exclude``. ``exclude`` is consulted as each index comes up, so a caller may
+    add to it while iterating (a candidate found corrupt). The caller stops when it
+    has enough.
+    """
+    n = len(requests)
+    seen: set[int] = set()
+    for step in range(1, n):
+        for i in requests[(k + step) % n].indices.tolist():
+            if i in exclude or i in seen:
+                continue
+            seen.add(i)
+            yield i

@@ -345,6 +345,65 @@ def test_a_corrupt_record_is_never_served_and_is_refilled(
     loader.close()
 
 
+def test_a_cache_rebuilt_mid_pass_is_left_for_one_fresh_producer(
+    train_dir: Path, tmp_path: Path, source_keys: dict[int, str]
+) -> None:
+    """Another store rebuilds the cache during a cached pass: every batch still comes,
+    with its labels, and the rest of the pass is produced by one fresh producer (not
+    one per batch)."""
+    import dataclasses
+
+    import torch
+
+    from dataplane.dali_producer import DaliBatchProducer
+
+    built: list[int] = []  # requests of each fresh producer built
+
+    def counting(context, requests):  # type: ignore[no-untyped-def]
+        built.append(len(requests))
+        return DaliBatchProducer(context, requests)
+
+    path = tmp_path / "c"
+    loader = cached_loader(
+        train_dir, path, recipe=identity_recipe(), variants=1, fill="inline", batch_size=16,
+        producer=counting,
+    )
+    assert epoch_keys(loader, 0) == source_keys
+    assert loader.cache_store.count() == SMALL
+    side = loader.cache_side
+    assert side is not None
+    built.clear()
+    loader.set_epoch(1)
+    planned = list(loader.plan.batches(1))
+    keys: dict[int, str] = {}
+    rebuilt: list[CacheStore] = []
+
+    def serve() -> None:
+        for n, ((images, labels), idx) in enumerate(zip(loader, planned, strict=True)):
+            assert torch.equal(labels, torch.from_numpy(loader._labels[idx]))
+            keys.update(zip(idx.tolist(), batch_keys(images), strict=True))
+            if n == 1:  # elsewhere, the cache is rebuilt for another recipe
+                rebuilt.append(
+                    CacheStore(
+                        dataclasses.replace(side.config, rebuild=True),
+                        dataclasses.replace(side.identity, recipe_fingerprint="another recipe"),
+                    )
+                )
+
+    with pytest.warns(CacheWarning, match="rebuilt or cleared by another process"):
+        serve()
+    assert len(rebuilt) == 1
+    assert keys == source_keys, "every sample once, cached before the rebuild, fresh after"
+    assert len(built) == 1, "one fresh producer for the rest of the pass"
+    assert 0 < built[0] < len(planned) - 1
+    stats = loader.cache_stats
+    assert stats.fresh == sum(int(b.size) for b in planned[-built[0] :])
+    assert not side.enabled and "rebuilt or cleared" in (side.disabled or "")
+    assert epoch_keys(loader, 2) == source_keys  # later passes are fresh
+    rebuilt[0].close()
+    loader.close()
+
+
 def test_resume_mid_epoch_with_the_cache(train_dir: Path, tmp_path: Path) -> None:
     path = tmp_path / "c"
     first = cached_loader(train_dir, path, variants=2, seed=9, batch_size=32)
