@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 import threading
-from typing import Any
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
 
-__all__ = ["json_safe", "new_file_mode"]
+__all__ = ["AtomicWrite", "json_safe", "new_file_mode"]
 
 _umask_lock = threading.Lock()
 
@@ -35,6 +38,68 @@ def new_file_mode() -> int:
     first, so it is as readable as any other file the process writes.
     """
     return 0o666 & ~_umask()
+
+
+class AtomicWrite:
+    """Write a file atomically: to a temporary file beside it, renamed into place.
+
+    Creating the object creates the temporary file (``OSError`` if the directory
+    cannot hold one); entering opens it in ``mode`` with the mode of any new file
+    (:func:`new_file_mode`) and returns it; leaving closes it and renames it onto
+    ``path``. If the block, the close or the rename raises, the temporary file is
+    removed and ``path`` is left as it was. Durability (``fsync``) is the caller's
+    choice, inside the block.
+
+    Examples
+    --------
+    >>> with AtomicWrite(path, "w", prefix=".run.", suffix=".json.tmp") as f:  # doctest: +SKIP
+    ...     f.write(text)
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], mode: str, *, prefix: str, suffix: str
+    ) -> None:
+        self.path = Path(path)
+        self._mode = mode
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=prefix, suffix=suffix)
+        self._fd: int | None = fd
+        self.tmp = Path(tmp)
+        self._file: IO[Any] | None = None
+
+    def __enter__(self) -> IO[Any]:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            raise RuntimeError("an AtomicWrite is entered once")
+        try:
+            self._file = os.fdopen(fd, self._mode)
+        except BaseException:
+            os.close(fd)
+            self.tmp.unlink(missing_ok=True)
+            raise
+        try:
+            os.fchmod(self._file.fileno(), new_file_mode())
+        except BaseException:
+            self._file.close()
+            self.tmp.unlink(missing_ok=True)
+            raise
+        return self._file
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._file is not None
+        try:
+            self._file.close()
+            if exc_type is None:
+                os.replace(self.tmp, self.path)
+        except BaseException:
+            self.tmp.unlink(missing_ok=True)
+            raise
+        if exc_type is not None:
+            self.tmp.unlink(missing_ok=True)
 
 
 def json_safe(value: Any) -> Any:

@@ -13,14 +13,13 @@ from __future__ import annotations
 import os
 import pickle
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from trainers._files import new_file_mode
+from trainers._files import AtomicWrite
 from trainers.errors import CheckpointError
 
 __all__ = [
@@ -69,26 +68,20 @@ def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        writer = AtomicWrite(path, "wb", prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
         raise CheckpointError(
             f"cannot write a checkpoint in {path.parent} ({exc}); pass a writable checkpoint_dir"
         ) from exc
     try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), new_file_mode())
+        with writer as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise CheckpointError(
             f"writing checkpoint {path} failed ({exc}); the previous checkpoint is unchanged"
         ) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

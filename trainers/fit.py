@@ -187,8 +187,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
-_resolve_device = resolve_device
-
 #: The ``dataplane train`` options of the settings ``fit`` derives itself (for error messages).
 _CLI_OPTIONS = {
     "target_accuracy": "--target-accuracy",
@@ -462,7 +460,7 @@ def fit(
             f"settings must be a dict of JSON-ready values, got {type(settings).__name__}"
         )
 
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     ctx = DistContext.current()
     model = model.to(dev)
     if optimizer is None:

@@ -46,12 +46,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers._files import json_safe, new_file_mode
+from trainers._files import AtomicWrite, json_safe
 from trainers.errors import RunRecordError
 
 __all__ = ["RUN_FILE", "SCHEMA_VERSION", "EpochRecord", "RunRecord"]
@@ -161,16 +160,9 @@ class RunRecord:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / RUN_FILE
-        fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".run.", suffix=".json.tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                os.fchmod(f.fileno(), new_file_mode())
-                json.dump(json_safe(self.to_dict()), f, indent=2, allow_nan=False)
-                f.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with AtomicWrite(path, "w", prefix=".run.", suffix=".json.tmp") as f:
+            json.dump(json_safe(self.to_dict()), f, indent=2, allow_nan=False)
+            f.write("\n")
         return path
 
     @classmethod
