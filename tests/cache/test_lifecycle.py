@@ -3,12 +3,13 @@ another process, damaged metadata, a grown map, dead readers, fewer variants."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -84,31 +85,44 @@ def _serve(store: CacheStore, idx: np.ndarray, seconds: float) -> int:
     return batches
 
 
-def test_a_forked_child_serves_beside_its_parent(open_store: Opener) -> None:
-    store = open_store()
-    idx = np.arange(64)
-    store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
-    assert helpers.check_batch(store, idx, 0) == 64  # the parent holds a (spare) read slot
+@contextlib.contextmanager
+def _forked(child: Callable[[], bool]) -> Iterator[None]:
+    """Run ``child`` in a forked child while the block runs in the parent; on leaving,
+    assert the child returned True without raising (its error comes through a pipe)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         code = 1
         try:
             os.close(read_fd)
-            code = 0 if _serve(store, idx, 0.5) > 0 else 2
-            store.close()
+            code = 0 if child() else 2
         except BaseException as exc:  # noqa: BLE001 - reported to the parent through the pipe
             os.write(write_fd, repr(exc).encode()[:500])
         finally:
             os._exit(code)
     os.close(write_fd)
     try:
-        assert _serve(store, idx, 0.5) > 0
+        yield
     finally:
         _, status = os.waitpid(pid, 0)
         with os.fdopen(read_fd, "rb") as pipe:
             error = pipe.read().decode()
     assert os.waitstatus_to_exitcode(status) == 0, error
+
+
+def test_a_forked_child_serves_beside_its_parent(open_store: Opener) -> None:
+    store = open_store()
+    idx = np.arange(64)
+    store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+    assert helpers.check_batch(store, idx, 0) == 64  # the parent holds a (spare) read slot
+
+    def child() -> bool:
+        served = _serve(store, idx, 0.5) > 0
+        store.close()
+        return served
+
+    with _forked(child):
+        assert _serve(store, idx, 0.5) > 0
     assert helpers.check_batch(store, idx, 0) == 64
 
 
@@ -122,25 +136,16 @@ def test_a_forked_child_can_close_an_inherited_store_and_open_the_cache_again(
     idx = np.arange(64)
     store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
     assert helpers.check_batch(store, idx, 0) == 64
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            os.close(read_fd)
-            store.close()
-            again = open_store()
-            code = 0 if helpers.check_batch(again, idx, 0) == 64 else 2
-            again.close()
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent through the pipe
-            os.write(write_fd, repr(exc).encode()[:500])
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    _, status = os.waitpid(pid, 0)
-    with os.fdopen(read_fd, "rb") as pipe:
-        error = pipe.read().decode()
-    assert os.waitstatus_to_exitcode(status) == 0, error
+
+    def child() -> bool:
+        store.close()
+        again = open_store()
+        ok = helpers.check_batch(again, idx, 0) == 64
+        again.close()
+        return ok
+
+    with _forked(child):
+        pass
     assert helpers.check_batch(store, idx, 0) == 64
 
 
