@@ -62,7 +62,7 @@ class CacheConfig:
         admitting (state ``FULL``) and keeps serving; the loader produces the
         rest fresh. ``data.mdb`` may grow beyond it by at most the map's
         headroom (64 pages plus 1/512 of ``max_bytes``, see
-        :func:`cache.store.map_headroom`), which lets a full cache be cleared,
+        :func:`cache.env.map_headroom`), which lets a full cache be cleared,
         rebuilt or repaired and filled again. Default 8 GiB; at least 1 MiB.
     rebuild : bool
         Clear the cache when it is opened and fill it again. Use it after the

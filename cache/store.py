@@ -1,5 +1,9 @@
 """``CacheStore``: augmented samples in a real LMDB environment.
 
+This module is the cache of samples: its records, metadata, states and stats. The
+LMDB environment under it (one per directory and process, fork, map size, write
+transactions) is :mod:`cache.env`.
+
 Layout
 ------
 The cache directory holds LMDB's ``data.mdb`` and ``lock.mdb`` with two named
@@ -13,14 +17,12 @@ processes and threads) and readers never block or see a torn write. Any number
 of processes (DDP ranks, workers) may open the same cache.
 
 * In one process all :class:`CacheStore` objects of a directory share one LMDB
-  environment (LMDB forbids opening an environment twice in a process).
-* After ``fork`` the child opens its own environment on first use: LMDB
-  environments must not be used across ``fork`` (parent and child would share
-  one reader slot, ``MDB_BAD_RSLOT``, and a writer could overwrite pages one of
-  them is still reading). The inherited handle is kept, unused and never
-  closed: closing it would release this process's locks and reader slots of
-  the file. Per-process state (locks, pending drops, the environment) is reset
-  when the process id changes.
+  environment (LMDB forbids opening an environment twice in a process; see
+  :mod:`cache.env`).
+* After ``fork`` the child opens its own environment on first use (LMDB
+  environments must not be used across ``fork``; why, and what becomes of the
+  inherited handle: :mod:`cache.env`). Per-process state (locks, pending drops,
+  the environment) is reset when the process id changes.
 * A store pickles as its configuration and identity (``spawn`` start method);
   the unpickled copy opens the environment on first use, and never rebuilds.
 
@@ -73,7 +75,7 @@ Size
 ``max_bytes`` bounds the pages holding records and metadata, plus
 :data:`BOOKKEEPING_PAGES` pages for LMDB's own trees: a write that would go
 beyond it is not committed (state ``FULL``). The LMDB map, the hard bound of
-``data.mdb``, is larger by :func:`map_headroom` (64 pages plus 1/512 of
+``data.mdb``, is larger by :func:`cache.env.map_headroom` (64 pages plus 1/512 of
 ``max_bytes``). LMDB reuses a freed page only once a later transaction has
 committed, and it needs fresh pages to record what a transaction frees (1/512
 of the freed bytes); the headroom lets a full cache be cleared, rebuilt or
@@ -89,10 +91,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import errno
-import importlib
 import itertools
 import logging
-import mmap
 import operator
 import os
 import threading
@@ -106,6 +106,7 @@ import numpy as np
 import xxhash
 
 from cache.config import CacheConfig, FillMode
+from cache.env import SharedEnv, acquire, explain, release, settle, write_txn
 from cache.errors import CacheError, CorruptRecordError, UnreadableMetaError
 from cache.meta import META_KEY, CacheIdentity, CacheMeta
 from cache.record import (
@@ -130,36 +131,9 @@ STAGED_MAX_PAYLOAD = 16 << 10
 
 _HEADER_PREFIX = header_prefix()
 
-RECORDS_DB = b"records"
-META_DB = b"meta"
-
 #: Pages of ``max_bytes`` kept for LMDB's bookkeeping (its meta pages, the main and
 #: free-page trees and the copies a transaction makes): data stops this far short.
 BOOKKEEPING_PAGES = 16
-
-#: Pages of the LMDB map beyond ``max_bytes`` (see :func:`map_headroom`).
-HEADROOM_PAGES = 64
-
-_SETTLE_KEY = b"~settle"
-
-
-def map_headroom(max_bytes: int) -> int:
-    """Bytes of the LMDB map beyond ``max_bytes``: :data:`HEADROOM_PAGES` pages plus
-    1/512 of ``max_bytes`` (LMDB's list of the pages a full clear frees).
-
-    Parameters
-    ----------
-    max_bytes : int
-        The cache's size bound, in bytes.
-
-    Returns
-    -------
-    int
-        Headroom in bytes, a multiple of the OS page size.
-    """
-    page = max(mmap.PAGESIZE, 4096)
-    extra = -(-(max_bytes // 512) // page) * page
-    return HEADROOM_PAGES * page + extra
 
 
 class _OverMaxBytes(lmdb.MapFullError):
@@ -232,7 +206,7 @@ class CacheInfo:
         overhead).
     map_bytes : int
         LMDB's map size in this process: the hard bound of ``data.mdb``, in bytes
-        (``max_bytes`` plus :func:`map_headroom`, or what another process set).
+        (``max_bytes`` plus :func:`~cache.env.map_headroom`, or what another process set).
     bookkeeping_bytes : int
         The part of ``max_bytes`` kept for LMDB's bookkeeping
         (:data:`BOOKKEEPING_PAGES` pages), in bytes: records and metadata fill
@@ -298,200 +272,6 @@ class CacheInfo:
         }
 
 
-# -- one environment per directory and process -----------------------------------------
-@dataclasses.dataclass
-class _SharedEnv:
-    env: lmdb.Environment
-    records: Any
-    meta: Any
-    owner_pid: int
-    readonly: bool
-    psize: int = 4096
-    users: int = 0
-
-
-_REGISTRY: dict[str, _SharedEnv] = {}
-_REGISTRY_LOCK = threading.Lock()
-# Environments inherited through fork and replaced by the child's own, by real path: kept
-# referenced so that they are never closed (closing would drop this process's locks and
-# reader slots); a path here has an inherited handle open in this process.
-_INHERITED: dict[str, list[_SharedEnv]] = {}
-
-
-def _after_fork_in_child() -> None:
-    global _REGISTRY_LOCK
-    _REGISTRY_LOCK = threading.Lock()
-
-
-@contextmanager
-def _reopen_guard_lifted(lifted: bool) -> Iterator[None]:
-    """Let this process open the files of an environment it inherited through fork.
-
-    py-lmdb refuses to open files that an environment of this process has open,
-    because closing one of two handles would release the fcntl locks of both. A
-    handle inherited through fork holds no locks in the child and is never closed
-    there (:data:`_INHERITED`), so the child's own open skips that check (py-lmdb
-    identifies environments with ``lmdb._envid.env_keys``).
-    """
-    envid: Any = None
-    if lifted:
-        try:
-            envid = importlib.import_module("lmdb._envid")
-        except ImportError:  # pragma: no cover - a py-lmdb without the check
-            envid = None
-    if envid is None or not hasattr(envid, "env_keys"):
-        yield
-        return
-    keys = envid.env_keys
-    envid.env_keys = lambda path, subdir: ()
-    try:
-        yield
-    finally:
-        envid.env_keys = keys
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _explain(exc: BaseException) -> str:
-    text = str(exc)
-    if isinstance(exc, OSError) and exc.errno is not None:
-        text = os.strerror(exc.errno)
-    return text
-
-
-def _open_env(
-    path: Path, config: CacheConfig | None, *, create: bool, inherited: bool = False
-) -> _SharedEnv:
-    """Open the LMDB environment of ``path`` (read-write, else read-only); the caller has
-    checked that ``path`` is a directory or absent. ``inherited``: this process holds an
-    environment of ``path`` inherited through fork (see :func:`_reopen_guard_lifted`)."""
-    if not create and not (path / "data.mdb").is_file():
-        raise CacheError(f"no cache at {path} (no data.mdb there); check the path")
-    map_size = config.max_bytes + map_headroom(config.max_bytes) if config is not None else 0
-    common: dict[str, Any] = {
-        "subdir": True,
-        "max_dbs": 2,
-        "readahead": False,
-        "meminit": False,
-        "max_spare_txns": 1,
-    }
-    try:
-        with _reopen_guard_lifted(inherited):
-            env = lmdb.open(
-                str(path),
-                map_size=map_size,
-                max_readers=config.max_readers if config is not None else 1024,
-                sync=config.durable if config is not None else True,
-                metasync=False,
-                create=create,
-                **common,
-            )
-        readonly = False
-    except lmdb.Error as exc:
-        if isinstance(exc, lmdb.MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM:
-            bound = f"max_bytes={config.max_bytes}" if config is not None else "its map size"
-            raise CacheError(
-                f"cannot map the cache at {path} with {bound}: {os.strerror(errno.ENOMEM)}; "
-                "lower max_bytes (the loader keeps serving fresh samples meanwhile)"
-            ) from exc
-        if not (path / "data.mdb").is_file() or os.access(path, os.W_OK):
-            raise CacheError(
-                f"cannot open or create the cache at {path}: {_explain(exc)}; choose a writable "
-                "directory (the loader keeps serving fresh samples meanwhile)"
-            ) from exc
-        try:  # an existing cache in a directory we may not write: serve it read-only
-            with _reopen_guard_lifted(inherited):
-                env = lmdb.open(
-                    str(path), map_size=map_size, readonly=True, lock=False, **common
-                )
-        except lmdb.Error as exc2:
-            raise CacheError(f"cannot open the cache at {path} read-only: {exc2}") from exc2
-        readonly = True
-    try:
-        if readonly:  # (a handle opened inside an explicit read txn is not kept by py-lmdb)
-            records = env.open_db(RECORDS_DB, create=False)
-            meta = env.open_db(META_DB, create=False)
-        else:
-            with env.begin(write=True) as txn:
-                records = env.open_db(RECORDS_DB, txn=txn)
-                meta = env.open_db(META_DB, txn=txn)
-    except lmdb.Error as exc:
-        env.close()
-        raise CacheError(f"{path} is not a readable dataplane cache ({exc})") from exc
-    if not readonly:
-        try:  # free the reader slots of processes that died inside a read transaction
-            env.reader_check()
-        except lmdb.Error:  # pragma: no cover - best effort
-            pass
-    return _SharedEnv(env, records, meta, os.getpid(), readonly, int(env.stat()["psize"]))
-
-
-def _acquire(path: Path, config: CacheConfig | None, *, create: bool) -> _SharedEnv:
-    key = os.path.realpath(path)
-    with _REGISTRY_LOCK:
-        shared = _REGISTRY.get(key)
-        if shared is not None and shared.owner_pid != os.getpid():
-            # Inherited through fork: this process opens its own (see the module docs).
-            _INHERITED.setdefault(key, []).append(shared)
-            del _REGISTRY[key]
-            shared = None
-        if shared is None:
-            shared = _open_env(path, config, create=create, inherited=key in _INHERITED)
-            _REGISTRY[key] = shared
-        shared.users += 1
-        return shared
-
-
-def _release(path: Path, shared: _SharedEnv) -> None:
-    key = os.path.realpath(path)
-    with _REGISTRY_LOCK:
-        shared.users -= 1
-        if shared.users > 0:
-            return
-        if _REGISTRY.get(key) is shared:
-            del _REGISTRY[key]
-        if shared.owner_pid == os.getpid():
-            shared.env.close()
-        else:  # inherited through fork: never closed here, and still open in this process
-            _INHERITED.setdefault(key, []).append(shared)
-
-
-def _commit(txn: lmdb.Transaction) -> None:
-    """Commit a write transaction (the one place data reaches the disk)."""
-    txn.commit()
-
-
-@contextmanager
-def _write_txn(shared: _SharedEnv, db: Any = None) -> Iterator[lmdb.Transaction]:
-    """A write transaction on ``db`` (default: the main database), committed through
-    :func:`_commit` when the block ends and aborted if anything in it raises."""
-    txn = shared.env.begin(write=True, db=db)
-    try:
-        yield txn
-        _commit(txn)
-    except BaseException:
-        txn.abort()
-        raise
-
-
-def _settle(shared: _SharedEnv) -> bool:
-    """Commit one small transaction (a key put and deleted in the ``meta`` database).
-
-    LMDB reuses the pages a transaction freed only once a later one has committed:
-    called after every transaction that frees pages, so that the next fill reuses
-    them instead of needing new ones. Returns False when it could not commit.
-    """
-    try:
-        with _write_txn(shared, shared.meta) as txn:
-            txn.put(_SETTLE_KEY, b"")
-            txn.delete(_SETTLE_KEY)
-    except lmdb.Error:
-        return False
-    return True
-
-
 BatchTuple = tuple[np.ndarray, int, np.ndarray, np.ndarray]
 
 
@@ -550,7 +330,7 @@ class CacheStore:
         self.identity = identity
         self.stats = StoreStats()
         self._init_process_state()
-        self._shared: _SharedEnv | None = None
+        self._shared: SharedEnv | None = None
         self._meta: CacheMeta | None = None
         self._meta_raw: bytes | None = None
         self._state = StoreState.ADMITTING if config.fill is not FillMode.OFF else StoreState.READ_ONLY
@@ -627,14 +407,14 @@ class CacheStore:
         self._existing_only = state["existing_only"]
 
     # -- opening ----------------------------------------------------------------------
-    def _env(self) -> _SharedEnv:
+    def _env(self) -> SharedEnv:
         self._check_process()
         if self._shared is None:
             if self._meta is None:
                 self._open()
             else:  # opened before a fork: the same cache, through this process's environment
                 config = None if self._existing_only else self.config
-                shared = _acquire(self.path, config, create=False)
+                shared = acquire(self.path, config, create=False)
                 self._shared = shared
                 if shared.readonly and self._state is not StoreState.STALE:
                     self._state = StoreState.READ_ONLY
@@ -656,20 +436,20 @@ class CacheStore:
                 path.mkdir(parents=True, exist_ok=True)
             except (OSError, ValueError) as exc:
                 raise CacheError(
-                    f"cannot create the cache directory {path}: {_explain(exc)}; choose a "
+                    f"cannot create the cache directory {path}: {explain(exc)}; choose a "
                     "writable path (the loader keeps serving fresh samples meanwhile)"
                 ) from exc
-        shared = _acquire(path, None if self._existing_only else self.config, create=create)
+        shared = acquire(path, None if self._existing_only else self.config, create=create)
         try:
             self._meta = self._load_meta(shared)
         except BaseException:
-            _release(path, shared)
+            release(path, shared)
             raise
         self._shared = shared
         if shared.readonly:
             self._state = StoreState.READ_ONLY
 
-    def _load_meta(self, shared: _SharedEnv) -> CacheMeta:
+    def _load_meta(self, shared: SharedEnv) -> CacheMeta:
         where = str(self.config.path)
         with shared.env.begin(db=shared.meta) as txn:
             raw = txn.get(META_KEY)
@@ -700,7 +480,7 @@ class CacheStore:
         rebuild = self._rebuild
         self._rebuild = False  # once per store: an unpickled or reopened store never rebuilds
         try:
-            with _write_txn(shared) as txn:
+            with write_txn(shared) as txn:
                 current = txn.get(META_KEY, db=shared.meta)
                 if current is not None and not rebuild:
                     # Another process may have created it meanwhile: keep its creation time.
@@ -715,7 +495,7 @@ class CacheStore:
                 txn.put(META_KEY, raw, db=shared.meta)
             self._meta_raw = raw
             if rebuild:
-                _settle(shared)
+                settle(shared)
         except lmdb.MapFullError:
             if rebuild:
                 raise CacheError(f"cannot rebuild the cache at {where}: its max_bytes is too small") from None
@@ -723,7 +503,7 @@ class CacheStore:
             return meta if meta is not None else new
         except lmdb.Error as exc:
             raise CacheError(
-                f"cannot write the metadata of the cache at {where}: {_explain(exc)}; free disk "
+                f"cannot write the metadata of the cache at {where}: {explain(exc)}; free disk "
                 "space or choose a writable path"
             ) from exc
         return new
@@ -1082,7 +862,7 @@ class CacheStore:
             with self._lock:
                 self._pending_drop |= pending
                 self._state = StoreState.FAILED
-            reason = _explain(exc)
+            reason = explain(exc)
             hint = (
                 "free disk space"
                 if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "space" in str(exc)
@@ -1154,7 +934,7 @@ class CacheStore:
         return self._payload_size() + RECORD_OVERHEAD
 
     def _write(
-        self, shared: _SharedEnv, pending: set[bytes], items: list[tuple[bytes, Any]]
+        self, shared: SharedEnv, pending: set[bytes], items: list[tuple[bytes, Any]]
     ) -> tuple[int, int]:
         """One write transaction (see :meth:`_write_once`), tried once more when another
         process grew the map (``MDB_MAP_RESIZED``: adopt its size) or when the map is full
@@ -1180,18 +960,18 @@ class CacheStore:
                     shared.env.reader_check()
                 except lmdb.Error:  # pragma: no cover - best effort
                     pass
-                if not _settle(shared):
+                if not settle(shared):
                     raise
 
     def _write_once(
-        self, shared: _SharedEnv, pending: set[bytes], items: list[tuple[bytes, Any]]
+        self, shared: SharedEnv, pending: set[bytes], items: list[tuple[bytes, Any]]
     ) -> tuple[int, int]:
         """One write transaction: check that the cache was not rebuilt meanwhile, drop the
         pending corrupt keys, put ``items`` (never overwriting), and commit unless that
         takes the cache beyond ``max_bytes``. Returns ``(written, dropped)``."""
         size = self._payload_size()
         dropped = 0
-        with _write_txn(shared, shared.records) as txn:
+        with write_txn(shared, shared.records) as txn:
             if not self._meta_current(txn):
                 raise _Rebuilt
             for key in pending:
@@ -1206,11 +986,11 @@ class CacheStore:
             if written and self._used_bytes(txn, shared) > self._data_limit(shared):
                 raise _OverMaxBytes(f"the write would exceed max_bytes={self.config.max_bytes}")
         if dropped:
-            _settle(shared)
+            settle(shared)
         return int(written), dropped
 
     @staticmethod
-    def _used_bytes(txn: lmdb.Transaction, shared: _SharedEnv) -> int:
+    def _used_bytes(txn: lmdb.Transaction, shared: SharedEnv) -> int:
         """Bytes of the pages holding records and metadata as ``txn`` sees them (O(1))."""
         pages = 3  # LMDB's two meta pages and the main database's root
         for db in (shared.records, shared.meta):
@@ -1218,7 +998,7 @@ class CacheStore:
             pages += stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
         return pages * shared.psize
 
-    def _data_limit(self, shared: _SharedEnv) -> int:
+    def _data_limit(self, shared: SharedEnv) -> int:
         """What records and metadata may fill: ``max_bytes`` less the bookkeeping pages."""
         return self.config.max_bytes - BOOKKEEPING_PAGES * shared.psize
 
@@ -1252,13 +1032,13 @@ class CacheStore:
         self._known_complete.clear()
         deleted = 0
         try:
-            with _write_txn(shared, shared.records) as txn:
+            with write_txn(shared, shared.records) as txn:
                 for key in keys:
                     deleted += bool(txn.delete(key))
         except lmdb.Error as exc:
             raise CacheError(f"dropping records from the cache at {self.path} failed: {exc}") from exc
         if deleted:
-            _settle(shared)
+            settle(shared)
         self.stats.dropped += deleted
         return deleted
 
@@ -1413,7 +1193,7 @@ class CacheStore:
         if shared is not None:
             if self._pid != os.getpid():
                 return  # inherited through fork: never close
-            _release(self.path, shared)
+            release(self.path, shared)
 
     def __enter__(self) -> CacheStore:
         return self
@@ -1454,25 +1234,25 @@ def reset_cache(path: str | os.PathLike[str]) -> int:
     where = Path(path)
     if where.exists() and not where.is_dir():
         raise CacheError(f"cache path {where} exists and is not a directory; check the path")
-    shared = _acquire(where, None, create=False)
+    shared = acquire(where, None, create=False)
     try:
         return _drop_all(shared, where, metadata=True)
     finally:
-        _release(where, shared)
+        release(where, shared)
 
 
-def _drop_all(shared: _SharedEnv, where: Path, *, metadata: bool) -> int:
+def _drop_all(shared: SharedEnv, where: Path, *, metadata: bool) -> int:
     """Delete every record (and with ``metadata``, the metadata) in one transaction, then
-    :func:`_settle` so the next fill reuses the pages; returns the records deleted."""
+    :func:`settle` so the next fill reuses the pages; returns the records deleted."""
     if shared.readonly:
         raise CacheError(f"cannot clear: the cache at {where} is read-only")
     try:
-        with _write_txn(shared) as txn:
+        with write_txn(shared) as txn:
             count = int(txn.stat(shared.records)["entries"])
             txn.drop(shared.records, delete=False)
             if metadata:
                 txn.delete(META_KEY, db=shared.meta)
     except lmdb.Error as exc:
-        raise CacheError(f"clearing the cache at {where} failed: {_explain(exc)}") from exc
-    _settle(shared)
+        raise CacheError(f"clearing the cache at {where} failed: {explain(exc)}") from exc
+    settle(shared)
     return count

@@ -16,7 +16,7 @@ import lmdb
 import numpy as np
 import pytest
 
-import cache.store
+import cache.env
 from cache import CacheConfig, CacheError, CacheFiller, CacheStore, StoreState, verify
 from tests.cache import helpers
 
@@ -35,7 +35,7 @@ def test_disk_full_on_write_is_a_clear_error_and_serving_goes_on(
     store = open_store()
     idx = np.arange(32)
     store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
-    monkeypatch.setattr(cache.store, "_commit", _enospc)  # fault injection: ENOSPC at commit
+    monkeypatch.setattr(cache.env, "_commit", _enospc)  # fault injection: ENOSPC at commit
     more = np.arange(32, 64)
     with pytest.raises(CacheError, match="No space left on device.*keeps serving the 32 records.*free disk space"):
         store.put_batch(more, 0, helpers.images(more, 0), helpers.labels(more))
@@ -51,7 +51,7 @@ def test_disk_full_in_the_background_filler_never_reaches_training(
     open_store: Opener, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = open_store()
-    monkeypatch.setattr(cache.store, "_commit", _enospc)
+    monkeypatch.setattr(cache.env, "_commit", _enospc)
     filler = CacheFiller(store)
     idx = np.arange(8)
     with caplog.at_level(logging.WARNING, logger="cache.fill"):
@@ -72,7 +72,7 @@ def test_a_failing_writer_thread_never_hangs_flush_or_close(
         raise RuntimeError("unexpected")
 
     store = open_store()
-    monkeypatch.setattr(cache.store, "_commit", broken)
+    monkeypatch.setattr(cache.env, "_commit", broken)
     filler = CacheFiller(store, queue_batches=1)
     idx = np.arange(8)
     with caplog.at_level(logging.ERROR, logger="cache.fill"):

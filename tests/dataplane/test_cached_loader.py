@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import cache.store
+import cache.env
 import dataplane
 from cache import CacheStore, verify
 from dataplane import CacheConfig, CacheWarning, ConfigError, Loader, StaleCacheError
@@ -74,7 +74,7 @@ def cached_loader(data, path: Path, *, recipe=None, variants: int = 2, **options
 
 
 def enospc_commit(txn: lmdb.Transaction) -> None:
-    """Fault injection for ``cache.store._commit``: the disk is full."""
+    """Fault injection for ``cache.env._commit``: the disk is full."""
     txn.abort()
     raise lmdb.Error("mdb_txn_commit: No space left on device")
 
@@ -452,7 +452,7 @@ def test_disk_full_while_filling_warns_and_serves_fresh(
     train_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loader = cached_loader(train_dir, tmp_path / "c", variants=1)
-    monkeypatch.setattr(cache.store, "_commit", enospc_commit)
+    monkeypatch.setattr(cache.env, "_commit", enospc_commit)
     with pytest.warns(CacheWarning, match="No space left on device.*produced fresh"):
         keys = epoch_keys(loader, 0)
     assert sorted(keys) == list(range(SMALL))
@@ -573,7 +573,7 @@ def test_cli_build_stops_with_status_1_when_a_write_fails(
         train_dir, recipe="train", device="cpu",
         cache=CacheConfig(path, variants=2, max_bytes=64 << 20),
     ).close()
-    monkeypatch.setattr(cache.store, "_commit", enospc_commit)
+    monkeypatch.setattr(cache.env, "_commit", enospc_commit)
     code, output = build_cli(train_dir, path, "--batch-size", "32")
     assert code == 1, output
     assert "stopped: writing to the cache" in output and "No space left on device" in output
