@@ -128,6 +128,31 @@ def test_resolve_device() -> None:
             resolve_device("cuda")
 
 
+def test_resolve_device_needs_dali_to_see_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch sees a GPU but DALI does not (driver too old for its CUDA release): CPU, not a
+    failure later inside DALI's pipeline build. Both answers are injected faults."""
+    from nvidia.dali import backend
+
+    import preprocessing.device as device_module
+
+    monkeypatch.setattr(device_module, "torch_cuda_available", lambda: True)
+    monkeypatch.setattr(backend, "GetCUDADeviceCount", lambda: 0)
+    assert resolve_device(None) is Device.CPU
+    with pytest.raises(DeviceError, match="DALI sees no CUDA device although torch does"):
+        resolve_device("cuda")
+
+    def no_driver() -> int:
+        raise RuntimeError("CUDA driver initialization failed")
+
+    monkeypatch.setattr(backend, "GetCUDADeviceCount", no_driver)
+    assert device_module.dali_cuda_devices() == 0
+    assert resolve_device(None) is Device.CPU
+
+    monkeypatch.setattr(backend, "GetCUDADeviceCount", lambda: 2)
+    assert resolve_device(None) is Device.CUDA
+    assert resolve_device("cuda") is Device.CUDA
+
+
 @pytest.mark.parametrize(
     ("name", "kwargs", "match"),
     [
