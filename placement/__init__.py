@@ -9,8 +9,10 @@ saves against all-HDD, simple heuristics, the oracle and the most any placement 
 Modules, in the order data flows through them:
 
 * :mod:`placement.schema`: the I/O log, one row per temporary file; units and I/O density.
-* :mod:`placement.workloads`: the real Dask workload suite that writes such logs
-  (``dataplane placement collect``); :mod:`placement.logwriter` writes and reads them.
+* :mod:`placement.workloads`: the real Dask workload suite; :mod:`placement.collect` runs it
+  and writes such logs (``dataplane placement collect``), telling the workers what
+  :mod:`placement.graph_facts` learns of each run's task graphs; :mod:`placement.logwriter`
+  writes and reads them.
 * :mod:`placement.features`: creation-time features and the history of earlier runs.
 * :mod:`placement.model`: the LightGBM density model, global and per pipeline.
 * :mod:`placement.cost`: prices and a file's total cost of ownership on each tier

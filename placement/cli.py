@@ -133,8 +133,9 @@ def collect_command(
     Every spill, P2P shuffle, rechunk and cache-shard file the runs create is counted
     and logged (one row per file). Prints the summary as JSON.
     """
+    from placement.collect import CollectOptions, collect
     from placement.tier import Tier
-    from placement.workloads import SIZES, WORKLOADS, CollectOptions, WorkloadError, collect
+    from placement.workloads import SIZES, WORKLOADS, WorkloadError
 
     if list_only:
         for w in WORKLOADS.values():

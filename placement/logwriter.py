@@ -305,7 +305,7 @@ def log_files(path: str | os.PathLike[str]) -> list[Path]:
 
     Hidden names below ``path`` are skipped: in-progress ``.tmp`` files and hidden
     directories, such as the ``.parts-*`` of a collection still running or interrupted
-    (:func:`placement.workloads.collect`); give such a directory itself to read it.
+    (:func:`placement.collect.collect`); give such a directory itself to read it.
     """
     p = Path(path)
     if p.is_file():

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from placement.errors import PlacementError
-from placement.workloads import FramePart, graph_facts, make_frame
+from placement.graph_facts import graph_facts
+from placement.workloads import FramePart, make_frame
 
 AGGREGATES = {"v": "sum", "w": "max", "t": "count"}
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from placement.graph_facts import graph_facts
 from placement.logwriter import read_logs
 from placement.storage import RunContext, flush_worker_logs, set_run_context, worker_storage_state
-from placement.workloads import graph_facts
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,12 +15,13 @@ import pytest
 from click.testing import CliRunner
 
 from placement.cli import placement_group
+from placement.collect import CollectOptions, collect, dask_settings
+from placement.graph_facts import graph_facts
 from placement.schema import SCHEMA, SCHEMA_VERSION_KEY, conform
 from placement.workloads import (
     SAMPLE,
     SIZES,
     WORKLOADS,
-    CollectOptions,
     FramePart,
     ImagePart,
     Plan,
@@ -29,9 +30,6 @@ from placement.workloads import (
     WorkloadSpec,
     augment_images,
     augment_shard,
-    collect,
-    dask_settings,
-    graph_facts,
     make_frame,
     make_images,
 )
@@ -268,14 +266,14 @@ def test_an_interrupted_collection_keeps_finished_runs_apart_and_loses_nothing(
 def test_cli_collect_interrupted_prints_where_the_runs_are(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from placement import workloads
+    from placement import collect as collect_module
 
     def interrupted(*_args, **_kwargs):
         exc = KeyboardInterrupt()
         exc.add_note("the logs of the 3 run(s) finished before this are kept in X/.parts-1")
         raise exc
 
-    monkeypatch.setattr(workloads, "collect", interrupted)
+    monkeypatch.setattr(collect_module, "collect", interrupted)
     res = CliRunner().invoke(placement_group, ["collect", str(tmp_path), "--no-progress"])
     assert res.exit_code == 1
     assert "kept in X/.parts-1" in res.output and "Aborted!" in res.output
@@ -286,7 +284,7 @@ def test_cli_collect_prints_the_rows_it_dropped(
 ) -> None:
     """The printed summary counts the rows of runs that were not whole (a failed run's
     rows are left out of io_log.parquet: see test_rows_of_a_failed_run_are_dropped...)."""
-    from placement import workloads
+    from placement import collect as collect_module
 
     def with_a_failed_run(*_args, **_kwargs):
         return {
@@ -298,7 +296,7 @@ def test_cli_collect_prints_the_rows_it_dropped(
             "pipelines": {},
         }
 
-    monkeypatch.setattr(workloads, "collect", with_a_failed_run)
+    monkeypatch.setattr(collect_module, "collect", with_a_failed_run)
     res = CliRunner().invoke(placement_group, ["collect", str(tmp_path), "--no-progress"])
     assert res.exit_code == 0, res.output
     brief = json.loads(res.output)
@@ -340,8 +338,8 @@ def inproc(tmp_path: Path) -> Iterator[Any]:
 def test_a_persisted_stage_keeps_its_task_count_while_queries_read_it() -> None:
     from distributed import Client
 
+    from placement.collect import _execute
     from placement.storage import RunContext
-    from placement.workloads import _execute
 
     class Recording:  # the client, keeping each run context the driver sends the workers
         def __init__(self, client: Any) -> None:
@@ -444,7 +442,8 @@ def _leave(client: Any) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_run_during_which_a_worker_leaves_is_not_ok(inproc: Any) -> None:
-    from placement.workloads import Workload, run_workload
+    from placement.collect import run_workload
+    from placement.workloads import Workload
 
     (first, _) = sorted(inproc.scheduler_info()["workers"])
     leaving = Workload("leaving", "test", "a worker leaves", _drive_plan(_leave))
