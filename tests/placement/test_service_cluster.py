@@ -26,6 +26,7 @@ from placement.logwriter import read_logs
 from placement.service import reload_model, service_state, worker_service_state
 from placement.service.demo import PipelineSpec, run_pipeline, settle
 from placement.service.local import ServeOptions, service_cluster
+from placement.service.service import STALE_LEASES
 from placement.storage import worker_storage_state
 from tests.placement.conftest import MEMORY_LIMIT, TIGHT_MEMORY
 
@@ -336,6 +337,7 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
         client.run_on_scheduler(make_sync_slow, delay_s=3.0)
     else:
         client.run_on_scheduler(remove_sync_handler)
+    cut_off = time.perf_counter()
     try:
         # leases run out (2 s) and nothing renews them
         wait_until(
@@ -355,6 +357,7 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
         settle(client)
         states = client.run(worker_service_state)
         stale = service_state(client)["ledger"]["used_bytes"]
+        unheard_s = time.perf_counter() - cut_off
     finally:
         client.run_on_scheduler(restore_sync_handler)
     assert result.verified and wall < 30
@@ -368,8 +371,13 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
             assert "no placement service" in state["last_error"]
         else:
             assert "no answer within" in state["last_error"]
-    if fault == "absent":  # the ledger still counts files the workers have deleted
-        assert stale > 0 and all(s["usage"]["ssd_committed_bytes"] == 0 for s in states.values())
+    if fault == "absent":
+        assert all(s["usage"]["ssd_committed_bytes"] == 0 for s in states.values())
+        # the ledger still counts the files the workers have deleted, unless its safety net
+        # forgot workers unheard of for STALE_LEASES lease lives (a slow machine gets there;
+        # it runs on the next decision the scheduler takes, so it is not asserted)
+        if unheard_s < STALE_LEASES * 2.0 - 1.0:  # lease-ttl 2 s
+            assert stale > 0, f"deleted files still counted {unheard_s:.1f} s after the cut"
     # the scheduler is back: renewals succeed and the ledger matches the workers again
     wait_until(
         lambda: all(
