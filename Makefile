@@ -12,13 +12,14 @@ APT_TEST_PACKAGES := $(APT_PACKAGES) chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-slow test-gpu typecheck venv system-deps system-test-deps clean help
+.PHONY: demo test test-slow test-gpu typecheck lint venv system-deps system-test-deps clean help
 
 help:
 	@echo "make demo   - install into $(VENV), install the real dataset, run the main job"
 	@echo "make test   - install what tests need, run the suite (not slow)"
 	@echo "make test-slow - the slow tests"
 	@echo "make typecheck - mypy over every package (dev dependencies)"
+	@echo "make lint   - ruff check over the repository (dev dependencies)"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +82,11 @@ $(VENV)/.dev-installed: $(VENV)/.installed
 # can flag code that did not change; run it before landing.
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy dataplane cache preprocessing trainers placement logs_analysis
+
+# Not part of `make test` either: a new ruff release can flag code that did not change (the
+# rules are pinned in pyproject.toml, their checks are not); run it before landing.
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check .
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache

@@ -56,8 +56,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 from placement.logwriter import read_logs
 from placement.model import ModelParams, ModelSet
 from placement.service import service_state, worker_link, worker_service_state
-from placement.service.demo import PipelineSpec, run_pipeline, settle, tier_split
 from placement.service.cli import split_table
+from placement.service.demo import PipelineSpec, run_pipeline, settle, tier_split
 from placement.service.local import ServeOptions, service_cluster, tight_memory
 
 sys.path.append(str(_HERE))
@@ -356,7 +356,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         print(
-            f"pipeline: {partitions} x {rows} rows ({mb(spec.input_bytes)} MB), SSD budget {mb(capacity)} MB, "
+            f"pipeline: {partitions} x {rows} rows ({mb(spec.input_bytes)} MB), "
+            f"SSD budget {mb(capacity)} MB, "
             f"{repeats} runs per mode",
             flush=True,
         )

@@ -48,7 +48,6 @@ from benchmarks._common import (  # noqa: E402
 )
 
 
-
 # -- the torch baseline ----------------------------------------------------------------
 class PilTrainDataset:
     """Map-style dataset: PIL decode + random resized crop + flip + normalize (plain torch).
@@ -141,7 +140,9 @@ def run_torch(items, recipe, batch_size: int, workers: int, epochs: int) -> list
 
 
 # -- dataplane.Loader -------------------------------------------------------------------
-def run_loader(items, recipe, batch_size: int, threads: int, epochs: int, device: str = "cpu") -> list[EpochTiming]:  # type: ignore[no-untyped-def]
+def run_loader(  # type: ignore[no-untyped-def]
+    items, recipe, batch_size: int, threads: int, epochs: int, device: str = "cpu"
+) -> list[EpochTiming]:
     from dataplane import Loader
 
     loader = Loader(
@@ -162,7 +163,9 @@ def run_loader(items, recipe, batch_size: int, threads: int, epochs: int, device
 
 
 # -- bare DALI with DALI's PyTorch iterator --------------------------------------------------
-def run_bare_dali(items, recipe, batch_size: int, threads: int, epochs: int, device: str = "cpu") -> list[EpochTiming]:  # type: ignore[no-untyped-def]
+def run_bare_dali(  # type: ignore[no-untyped-def]
+    items, recipe, batch_size: int, threads: int, epochs: int, device: str = "cpu"
+) -> list[EpochTiming]:
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 

@@ -81,12 +81,14 @@ def _goal_lines(result) -> list[str]:
     five = result.goals["5%"]
     lines = [
         (
-            f"  at 5%: lightgbm {100 * five['lightgbm']:.2f}% vs oracle {100 * five['oracle']:.2f}% -> "
+            f"  at 5%: lightgbm {100 * five['lightgbm']:.2f}% "
+            f"vs oracle {100 * five['oracle']:.2f}% -> "
             f"captures {100 * five['oracle_capture']:.1f}% of the oracle (goal >= 85%: "
             f"{'met' if result.goals['goal_oracle_capture_85pct_at_5pct'] else 'MISSED'})"
         ),
         (
-            f"         best heuristic {five['best_heuristic']} {100 * five['best_heuristic_savings']:.2f}% -> "
+            f"         best heuristic {five['best_heuristic']} "
+            f"{100 * five['best_heuristic_savings']:.2f}% -> "
             f"lightgbm is {five['ratio_to_best_heuristic']:.2f}x it (goal >= 1.5x: "
             f"{'met' if result.goals['goal_1_5x_best_heuristic_at_5pct'] else 'MISSED'})"
         ),
@@ -340,14 +342,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not any(p.exists() for p in args.logs):
         print(
-            f"no logs at {[str(p) for p in args.logs]}; run `dataplane placement collect {DEFAULT_LOGS}` first"
+            f"no logs at {[str(p) for p in args.logs]}; "
+            f"run `dataplane placement collect {DEFAULT_LOGS}` first"
         )
         return 1
     logset = read_logs(args.logs)
     df, issues = clean_table(logset.table)
     print(
-        f"logs: {len(logset.files)} file(s), {issues.total_rows} rows, {issues.n_dropped} bad rows dropped, "
-        f"{len(logset.bad_files)} bad file(s); {df['pipeline'].nunique()} pipelines, {df['run_id'].nunique()} runs"
+        f"logs: {len(logset.files)} file(s), {issues.total_rows} rows, "
+        f"{issues.n_dropped} bad rows dropped, "
+        f"{len(logset.bad_files)} bad file(s); {df['pipeline'].nunique()} pipelines, "
+        f"{df['run_id'].nunique()} runs"
     )
     out_dir = RESULTS_DIR / "placement"
     payload: dict = {
@@ -375,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         paths = result.write(out_dir, stem=f"placement-{split}")
         results[split] = result
         print(
-            f"\n== {split} split: {result.rows['test']} test files in {result.rows['test_runs']} runs "
+            f"\n== {split} split: {result.rows['test']} test files "
+            f"in {result.rows['test_runs']} runs "
             f"({time.perf_counter() - t0:.1f} s) - TCO savings vs all-HDD"
         )
         print(result.table())
@@ -411,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     "model call alone p50",
                     f"{d['single_model_only_us_p50']:.1f} us",
-                    f"naive 1-row DataFrame: {naive:.1f} us ({naive / d['single_model_only_us_p50']:.1f}x slower)",
+                    f"naive 1-row DataFrame: {naive:.1f} us "
+                    f"({naive / d['single_model_only_us_p50']:.1f}x slower)",
                 ],
                 ["batched, all threads", f"{d['batched_per_s']:,.0f} /s", ">= 50,000 /s"],
                 ["batched, one thread", f"{d['batched_per_s_one_thread']:,.0f} /s", ">= 50,000 /s"],

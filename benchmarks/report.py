@@ -83,7 +83,8 @@ def source_table(sources: list[Path] | None = None) -> tuple[pa.Table, str]:
                 found = []
             if not found:
                 raise SystemExit(
-                    f"--source {src}: no Parquet logs there; run `dataplane placement collect {src}`"
+                    f"--source {src}: no Parquet logs there; "
+                    f"run `dataplane placement collect {src}`"
                 )
             files += found
     else:
@@ -157,7 +158,8 @@ def raw_scan(path: Path) -> tuple[int, float]:
 def run_report(
     path: Path, out_html: Path, scheduler: str
 ) -> tuple[float, int, dict[str, Any], str]:
-    """Run the report in a child process; (wall s, peak RSS bytes of it and its children, report JSON, output)."""
+    """Run the report in a child process; (wall s, peak RSS bytes of it and its children, report
+    JSON, output)."""
     cmd = [
         sys.executable,
         "-m",
@@ -215,7 +217,8 @@ def main() -> None:
     made = make_log(log_dir, args.rows, args.seed, args.source)
     print(f"  source: {made['source']} ({made['source_rows']:,} rows, {made['source_runs']} runs)")
     print(
-        f"  {made['rows']:,} rows in {made['files']} Parquet files, {made['bytes_on_disk'] / 1e6:.0f} MB"
+        f"  {made['rows']:,} rows in {made['files']} Parquet files, "
+        f"{made['bytes_on_disk'] / 1e6:.0f} MB"
     )
 
     scan_rows, scan_s = raw_scan(log_dir)

@@ -435,6 +435,8 @@ def report(configs: dict[str, Config]) -> dict[str, Any]:
         payload["configs"][name] = summary
         for s, r in runs.items():
             ttt, tttt = r.get("time_to_target_s"), r.get("train_time_to_target_s")
+            isolated_base = "torch" if s == "torch" else "fresh"
+            isolated = shares.get(isolated_base, {}).get("isolated_share", float("nan"))
             rows.append(
                 [
                     name,
@@ -445,7 +447,7 @@ def report(configs: dict[str, Config]) -> dict[str, Any]:
                     f"{r['train_elapsed_s']:.1f}",
                     f"{r['elapsed_s']:.1f}",
                     f"{r['input_share']:.3f}",
-                    f"{shares.get('torch' if s == 'torch' else 'fresh', {}).get('isolated_share', float('nan')):.3f}",
+                    f"{isolated:.3f}",
                     "-" if r.get("switch_epoch") is None else str(r["switch_epoch"]),
                 ]
             )
@@ -467,13 +469,16 @@ def report(configs: dict[str, Config]) -> dict[str, Any]:
         )
     )
     for name, summary in payload["configs"].items():
-        fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
+        def fmt(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.2f}"
+
         print(
             f"[{name}] perfect vs fresh: {fmt(summary['speedup_perfect_vs_fresh'])}x to target "
             f"(training clock; {fmt(summary['wall_ttt_speedup_perfect_vs_fresh'])}x on the wall "
             f"clock with validation; whole-run training time "
             f"{fmt(summary['train_time_speedup_perfect_vs_fresh'])}x), Amdahl bound "
-            f"{fmt(summary['amdahl_bound_vs_fresh'])}x -> {fmt(summary['fraction_of_amdahl_bound'])} "
+            f"{fmt(summary['amdahl_bound_vs_fresh'])}x -> "
+            f"{fmt(summary['fraction_of_amdahl_bound'])} "
             f"of the bound; perfect vs torch {fmt(summary['speedup_perfect_vs_torch'])}x; "
             f"fresh vs torch {fmt(summary['speedup_fresh_vs_torch'])}x; accuracy gap "
             f"{fmt(summary['accuracy_gap_points'])} points; goals {summary['goals']}"

@@ -161,7 +161,11 @@ class CacheFiller:
                 f"mode must be one of {[m.value for m in FillMode]}, not {mode!r}"
             ) from None
         self.queue_batches = queue_batches if queue_batches is not None else store.config.fill_queue
-        if isinstance(self.queue_batches, bool) or not isinstance(self.queue_batches, int) or self.queue_batches < 1:
+        if (
+            isinstance(self.queue_batches, bool)
+            or not isinstance(self.queue_batches, int)
+            or self.queue_batches < 1
+        ):
             raise CacheError(f"queue_batches must be a positive int, not {self.queue_batches!r}")
         self.stats = FillStats()
         #: The write failure that stopped filling, if any.
@@ -300,7 +304,10 @@ class CacheFiller:
             if self._queue is None or self._thread is None or not self._thread.is_alive():
                 q: queue.Queue[Any] = queue.Queue(maxsize=self.queue_batches)
                 thread = threading.Thread(
-                    target=_writer_loop, args=(weakref.ref(self), q), name="cache-filler", daemon=True
+                    target=_writer_loop,
+                    args=(weakref.ref(self), q),
+                    name="cache-filler",
+                    daemon=True,
                 )
                 thread.start()
                 self._queue, self._thread = q, thread

@@ -53,7 +53,8 @@ def _describe(old: Any, new: Any) -> str:
     if isinstance(old, dict) and isinstance(new, dict):
         keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         return "changed entries: " + ", ".join(
-            f"{k} {_short(old.get(k, '<absent>'))} -> {_short(new.get(k, '<absent>'))}" for k in keys
+            f"{k} {_short(old.get(k, '<absent>'))} -> {_short(new.get(k, '<absent>'))}"
+            for k in keys
         )
     return f"{_short(old)} -> {_short(new)}"
 

@@ -32,7 +32,7 @@ written under the wrong key fails its checksum too.
 from __future__ import annotations
 
 import struct
-from typing import Final, Union
+from typing import Final
 
 import numpy as np
 import xxhash
@@ -40,7 +40,7 @@ import xxhash
 from cache.errors import CorruptRecordError
 
 #: Anything exposing the buffer protocol (bytes, memoryview, numpy array).
-Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
+Buffer = bytes | bytearray | memoryview | np.ndarray
 
 MAGIC: Final = b"DPC1"
 RECORD_VERSION: Final = 1

@@ -333,7 +333,9 @@ class CacheStore:
         self._shared: SharedEnv | None = None
         self._meta: CacheMeta | None = None
         self._meta_raw: bytes | None = None
-        self._state = StoreState.ADMITTING if config.fill is not FillMode.OFF else StoreState.READ_ONLY
+        self._state = (
+            StoreState.ADMITTING if config.fill is not FillMode.OFF else StoreState.READ_ONLY
+        )
         self._rebuild = config.rebuild
         self._existing_only = False
         self._open()
@@ -430,7 +432,9 @@ class CacheStore:
         path = self.config.path
         create = not self._existing_only
         if path.exists() and not path.is_dir():
-            raise CacheError(f"cache path {path} exists and is not a directory; choose another path")
+            raise CacheError(
+                f"cache path {path} exists and is not a directory; choose another path"
+            )
         if create:
             try:
                 path.mkdir(parents=True, exist_ok=True)
@@ -474,9 +478,13 @@ class CacheStore:
             if meta is None:
                 raise CacheError(f"{where} holds no cache and is not writable; choose another path")
             if self._rebuild:
-                raise CacheError(f"cannot rebuild the cache at {where}: the directory is not writable")
+                raise CacheError(
+                    f"cannot rebuild the cache at {where}: the directory is not writable"
+                )
             return meta
-        new = CacheMeta.new(self.identity, variants=self.config.variants, max_bytes=self.config.max_bytes)
+        new = CacheMeta.new(
+            self.identity, variants=self.config.variants, max_bytes=self.config.max_bytes
+        )
         rebuild = self._rebuild
         self._rebuild = False  # once per store: an unpickled or reopened store never rebuilds
         try:
@@ -498,7 +506,9 @@ class CacheStore:
                 settle(shared)
         except lmdb.MapFullError:
             if rebuild:
-                raise CacheError(f"cannot rebuild the cache at {where}: its max_bytes is too small") from None
+                raise CacheError(
+                    f"cannot rebuild the cache at {where}: its max_bytes is too small"
+                ) from None
             self._state = StoreState.FULL
             return meta if meta is not None else new
         except lmdb.Error as exc:
@@ -634,7 +644,8 @@ class CacheStore:
             or out.shape[0] < n
         ):
             raise CacheError(
-                f"out must be a C-contiguous uint8 array of shape ({n}, {', '.join(map(str, shape))}) "
+                f"out must be a C-contiguous uint8 array of shape "
+                f"({n}, {', '.join(map(str, shape))}) "
                 f"or longer, not {getattr(out, 'dtype', type(out).__name__)} "
                 f"{getattr(out, 'shape', '')}"
             )
@@ -1036,7 +1047,9 @@ class CacheStore:
                 for key in keys:
                     deleted += bool(txn.delete(key))
         except lmdb.Error as exc:
-            raise CacheError(f"dropping records from the cache at {self.path} failed: {exc}") from exc
+            raise CacheError(
+                f"dropping records from the cache at {self.path} failed: {exc}"
+            ) from exc
         if deleted:
             settle(shared)
         self.stats.dropped += deleted

@@ -27,7 +27,9 @@ class _LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Listing must not import every room: show where each command lives instead.
-        rows = [(name, f"(from {ep.module})") for name, ep in sorted(_command_entry_points().items())]
+        rows = [
+            (name, f"(from {ep.module})") for name, ep in sorted(_command_entry_points().items())
+        ]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

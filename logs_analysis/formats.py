@@ -310,9 +310,9 @@ def discover(
         if found is None:
             if explicit:
                 raise FormatError(
-                    f"cannot tell the format of {path}: it is not a placement log (Parquet or JSON "
-                    "lines), a Spark event log or a Darshan log; pass --format native|spark|darshan "
-                    "to read it as one"
+                    f"cannot tell the format of {path}: it is not a placement log (Parquet or "
+                    "JSON lines), a Spark event log or a Darshan log; pass "
+                    "--format native|spark|darshan to read it as one"
                 )
             issues.add("unrecognised format (skipped)", str(path))
             return

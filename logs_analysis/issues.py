@@ -90,7 +90,8 @@ class ReadIssues:
         line: int | None = None,
         block_start: int | None = None,
     ) -> None:
-        """Count ``count`` skipped items of ``reason``; keep this one as an example if there is room.
+        """Count ``count`` skipped items of ``reason``; keep this one as an example if there is
+        room.
 
         ``line`` (1-based) sets ``location`` to ``"line N"``; with ``block_start`` the line
         counts from that byte offset of the file until :meth:`resolve_lines` is called.

@@ -128,7 +128,7 @@ def quantile_ranges(rows: Sequence[tuple[str, dict[str, float]]], title: str, xl
         if positive:
             floor = min(positive) if floor is None else min(floor, min(positive))
     floor = (floor or 1e-12) / 3.0
-    for i, (label, q) in enumerate(rows):
+    for i, (_label, q) in enumerate(rows):
         y = n - 1 - i
         v = {k: max(val, floor) for k, val in q.items()}
         ax.plot([v["p5"], v["p95"]], [y, y], color="#9bb7d4", lw=2, solid_capstyle="butt")

@@ -128,7 +128,8 @@ class ReportConfig:
 
 
 def json_path_for(html_path: str | os.PathLike[str]) -> Path:
-    """Where the JSON of an HTML report goes: same folder and stem (``report.html`` -> ``report.json``)."""
+    """Where the JSON of an HTML report goes: same folder and stem (``report.html`` ->
+    ``report.json``)."""
     return Path(html_path).with_suffix(".json")
 
 

@@ -58,7 +58,8 @@ class _PlacementGroup(click.Group):
     "placement", cls=_PlacementGroup, context_settings={"help_option_names": ["-h", "--help"]}
 )
 def placement_group() -> None:
-    """Learned SSD/HDD placement of intermediate files: collect I/O logs, train, evaluate, simulate."""
+    """Learned SSD/HDD placement of intermediate files: collect I/O logs, train, evaluate,
+    simulate."""
 
 
 def _csv(value: str | None) -> list[str] | None:

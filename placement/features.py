@@ -229,7 +229,8 @@ def _str(df: pd.DataFrame, name: str) -> pd.Series:
 
 
 def log_density(table: pa.Table | pd.DataFrame) -> np.ndarray:
-    """log10 of each row's I/O density (operations per byte per second), see :mod:`placement.schema`."""
+    """log10 of each row's I/O density (operations per byte per second), see
+    :mod:`placement.schema`."""
     df = _as_frame(table)
     life = _num(df, "deleted_at") - _num(df, "created_at")
     d = io_density(_num(df, "read_ops"), _num(df, "write_ops"), _num(df, "size_bytes"), life)
@@ -276,7 +277,8 @@ def clean_table(table: pa.Table | pd.DataFrame) -> tuple[pd.DataFrame, RowIssues
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise SchemaError(
-            f"log table lacks required column(s) {missing}; placement logs need {list(REQUIRED_COLUMNS)}"
+            f"log table lacks required column(s) {missing}; "
+            f"placement logs need {list(REQUIRED_COLUMNS)}"
         )
     issues = RowIssues(total_rows=len(df))
     keep = np.ones(len(df), dtype=bool)
@@ -668,7 +670,8 @@ def _derived(log_size: Any, hist: Mapping[str, Any], out: dict[str, Any]) -> Non
     """Fill the derived history features (works on arrays and on scalars)."""
     floor = math.log10(MIN_SIZE_BYTES)
     ls = np.maximum(log_size, floor)
-    # density = operation rate / size; in logs: lrate - log size (a rate already divides by lifetime)
+    # density = operation rate / size; in logs: lrate - log size (a rate already divides by
+    # lifetime)
     out["h_ps_rate_density"] = hist["h_ps_lrate"] - ls
     out["h_s_rate_density"] = hist["h_s_lrate"] - ls
     out["h_ko_rate_density"] = hist["h_ko_lrate"] - ls

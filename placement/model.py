@@ -442,7 +442,8 @@ class DensityModel:
     def predict_table(
         self, table: pa.Table | pd.DataFrame, history: HistoryStore | None = None
     ) -> np.ndarray:
-        """Predicted log10 density of each log row (features built from ``table`` and ``history``)."""
+        """Predicted log10 density of each log row (features built from ``table`` and
+        ``history``)."""
         return self.predict(build_features(table, history))
 
     def feature_importances(self, kind: str = "gain") -> dict[str, float]:
@@ -508,23 +509,27 @@ class DensityModel:
         if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
             raise ModelError(
                 f"{meta_file} is not a placement density model (format "
-                f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected {MODEL_FORMAT!r}); {hint}"
+                f"{meta.get('format') if isinstance(meta, dict) else None!r}, "
+                f"expected {MODEL_FORMAT!r}); {hint}"
             )
         version = meta.get("model_version")
         if not isinstance(version, int) or version > MODEL_VERSION:
             raise ModelError(
-                f"{meta_file} has model version {version!r}; this dataplane reads up to {MODEL_VERSION}: "
+                f"{meta_file} has model version {version!r}; "
+                f"this dataplane reads up to {MODEL_VERSION}: "
                 "upgrade dataplane or retrain the model"
             )
         schema_version = meta.get("schema_version")
         if not isinstance(schema_version, int) or schema_version > SCHEMA_VERSION:
             raise ModelError(
-                f"{meta_file} was trained on log schema version {schema_version!r}; this dataplane reads "
+                f"{meta_file} was trained on log schema version {schema_version!r}; "
+                "this dataplane reads "
                 f"up to {SCHEMA_VERSION}: upgrade dataplane or retrain the model"
             )
         if meta.get("feature_columns") != list(FEATURE_COLUMNS):
             raise ModelError(
-                f"{meta_file} was trained on other features than this dataplane builds; retrain it: {hint}"
+                f"{meta_file} was trained on other features than this dataplane builds; "
+                f"retrain it: {hint}"
             )
         digest = meta.get(MODEL_HASH_KEY)
         try:
@@ -547,7 +552,8 @@ class DensityModel:
             FEATURE_COLUMNS
         ):
             raise ModelError(
-                f"model file {model_file} has features {booster.feature_name()[:5]}... which do not match "
+                f"model file {model_file} has features {booster.feature_name()[:5]}... "
+                "which do not match "
                 f"its sidecar; {hint}"
             )
         model = cls(
@@ -850,7 +856,8 @@ class ModelSet:
             if (directory / META_FILE).is_file() or not directory.exists():
                 return cls(DensityModel.load(directory))
             raise ModelError(
-                f"{directory} holds neither {SET_FILE} nor {META_FILE}; give a directory written by "
+                f"{directory} holds neither {SET_FILE} nor {META_FILE}; "
+                "give a directory written by "
                 "`dataplane placement train`"
             )
         try:

@@ -767,37 +767,39 @@ def oracle_admissions(
     mx = [0.0] * (2 * size_tree)
     lz = [0.0] * (2 * size_tree)
 
-    def query(node: int, nl: int, nr: int, l: int, r: int) -> float:
-        # max over [l, r) within node covering [nl, nr)
-        if r <= nl or nr <= l:
+    def query(node: int, nl: int, nr: int, left: int, right: int) -> float:
+        # max over [left, right) within node covering [nl, nr)
+        if right <= nl or nr <= left:
             return -math.inf
-        if l <= nl and nr <= r:
+        if left <= nl and nr <= right:
             return mx[node]
         mid = (nl + nr) // 2
-        return lz[node] + max(query(2 * node, nl, mid, l, r), query(2 * node + 1, mid, nr, l, r))
+        return lz[node] + max(
+            query(2 * node, nl, mid, left, right), query(2 * node + 1, mid, nr, left, right)
+        )
 
-    def add(node: int, nl: int, nr: int, l: int, r: int, v: float) -> None:
-        if r <= nl or nr <= l:
+    def add(node: int, nl: int, nr: int, left: int, right: int, v: float) -> None:
+        if right <= nl or nr <= left:
             return
-        if l <= nl and nr <= r:
+        if left <= nl and nr <= right:
             mx[node] += v
             lz[node] += v
             return
         mid = (nl + nr) // 2
-        add(2 * node, nl, mid, l, r, v)
-        add(2 * node + 1, mid, nr, l, r, v)
+        add(2 * node, nl, mid, left, right, v)
+        add(2 * node + 1, mid, nr, left, right, v)
         mx[node] = lz[node] + max(mx[2 * node], mx[2 * node + 1])
 
     order = np.lexsort((created, -np.nan_to_num(val, nan=-np.inf)))
     for i in order.tolist():
         if not val[i] >= min_value or size[i] > cap:
             continue
-        l, r = int(lo[i]), max(int(hi[i]), int(lo[i]) + 1)
-        r = min(r, m)
-        if l >= r:
+        left, right = int(lo[i]), max(int(hi[i]), int(lo[i]) + 1)
+        right = min(right, m)
+        if left >= right:
             continue
-        if query(1, 0, size_tree, l, r) + size[i] <= cap:
-            add(1, 0, size_tree, l, r, float(size[i]))
+        if query(1, 0, size_tree, left, right) + size[i] <= cap:
+            add(1, 0, size_tree, left, right, float(size[i]))
             out[i] = True
     return out
 

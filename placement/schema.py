@@ -47,8 +47,10 @@ ID_FIELDS = [
 
 CREATION_FIELDS = [
     pa.field("created_at", pa.float64(), nullable=False),  # seconds since the Unix epoch
-    pa.field("file_kind", pa.string(), nullable=False),  # spill | shuffle | rechunk | cache_shard | other
-    pa.field("operator", pa.string()),  # shuffle | groupby | merge | set_index | rechunk | bag | ...
+    # spill | shuffle | rechunk | cache_shard | other
+    pa.field("file_kind", pa.string(), nullable=False),
+    # shuffle | groupby | merge | set_index | rechunk | bag | ...
+    pa.field("operator", pa.string()),
     pa.field("expected_size_bytes", pa.int64()),  # declared or estimated size at creation, in bytes
     pa.field("n_partitions_in", pa.int32()),
     pa.field("n_partitions_out", pa.int32()),
@@ -108,7 +110,10 @@ def with_derived(table: pa.Table) -> pa.Table:
         table["created_at"], dtype=np.float64
     )
     dens = io_density(
-        table["read_ops"].to_numpy(), table["write_ops"].to_numpy(), table["size_bytes"].to_numpy(), life
+        table["read_ops"].to_numpy(),
+        table["write_ops"].to_numpy(),
+        table["size_bytes"].to_numpy(),
+        life,
     )
     for name, values in (("lifetime_s", life), ("io_density", dens)):
         if name in table.column_names:
@@ -159,7 +164,8 @@ def conform(table: pa.Table) -> pa.Table:
     missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
     if missing:
         raise SchemaError(
-            f"log table lacks required column(s) {missing}; placement logs need {list(REQUIRED_COLUMNS)}"
+            f"log table lacks required column(s) {missing}; "
+            f"placement logs need {list(REQUIRED_COLUMNS)}"
         )
     columns = []
     for field in SCHEMA:

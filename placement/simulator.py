@@ -454,7 +454,7 @@ def simulate(
 
             bar = tqdm(total=2 * n, desc=f"simulate {policy.name}", unit="event", leave=False)
         step = max(1, (2 * n) // 200)
-        for k, (t, create, i) in enumerate(zip(ev_time, ev_create, ev_file)):
+        for k, (t, create, i) in enumerate(zip(ev_time, ev_create, ev_file, strict=True)):
             if create:
                 if place(i, pred_l[i], known_l[i], t) is SSD:
                     s = size_l[i]

@@ -132,7 +132,8 @@ class FramePart:
 
 
 def make_frame(part: FramePart) -> pd.DataFrame:
-    """A dataframe partition: int64 key ``k`` (uniform or Zipf-skewed), floats ``v``, ``w``, int ``t``."""
+    """A dataframe partition: int64 key ``k`` (uniform or Zipf-skewed), floats ``v``, ``w``,
+    int ``t``."""
     rng = np.random.default_rng([part.seed, part.index])
     if part.skewed:
         k = (rng.zipf(1.3, part.rows) - 1) % part.n_keys
@@ -161,7 +162,7 @@ def make_records(part: FramePart) -> list[tuple[int, float]]:
     rng = np.random.default_rng([part.seed, part.index, 11])
     keys = rng.integers(0, max(1, part.n_keys // 50), part.rows).tolist()
     values = rng.random(part.rows).tolist()
-    return list(zip(keys, values))
+    return list(zip(keys, values, strict=True))
 
 
 def _parts(spec: WorkloadSpec, rows: int | None = None, n: int | None = None) -> list[FramePart]:

@@ -85,7 +85,9 @@ def build_pipeline(
         kwargs: dict[str, Any] = {"name": INPUT_NAME}
         if source is not None:
             kwargs = {"source": source, "no_copy": source_no_copy}
-        encoded = fn.external_source(batch=True, dtype=types.DALIDataType.UINT8, device="cpu", **kwargs)
+        encoded = fn.external_source(
+            batch=True, dtype=types.DALIDataType.UINT8, device="cpu", **kwargs
+        )
         return definition.build(encoded, recipe, device)
 
     with warnings.catch_warnings():

@@ -47,7 +47,10 @@ def rng() -> np.random.Generator:
 def fmnist_dir() -> Path:
     """Directory holding the Fashion-MNIST IDX files (Debian ``dataset-fashion-mnist``)."""
     if not (FMNIST_DIR / "train-images-idx3-ubyte.gz").exists():
-        pytest.skip(f"Fashion-MNIST not installed at {FMNIST_DIR} (apt-get install dataset-fashion-mnist)")
+        pytest.skip(
+            f"Fashion-MNIST not installed at {FMNIST_DIR} "
+            "(apt-get install dataset-fashion-mnist)"
+        )
     return FMNIST_DIR
 
 

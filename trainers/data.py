@@ -243,8 +243,9 @@ def build_loaders(
         from dataplane import CacheConfig
     except ImportError as exc:
         raise TrainerConfigError(
-            "schedule 'perfect' needs the augmented-sample cache (dataplane.CacheConfig), which this "
-            "installation of dataplane lacks; use --schedule fresh or torch, or upgrade dataplane"
+            "schedule 'perfect' needs the augmented-sample cache (dataplane.CacheConfig), "
+            "which this installation of dataplane lacks; use --schedule fresh or torch, "
+            "or upgrade dataplane"
         ) from exc
     cache_kwargs: dict[str, Any] = {"variants": variants}
     if max_bytes is not None:

@@ -356,7 +356,8 @@ class Diagnosis:
         if self.recommended_variants:
             lines.append(
                 f"recommended cache: variants={self.recommended_variants}, "
-                f"max_bytes={self.recommended_max_bytes} ({self.recommended_max_bytes / gib:.2f} GiB; "
+                f"max_bytes={self.recommended_max_bytes} "
+                f"({self.recommended_max_bytes / gib:.2f} GiB; "
                 f"{self.num_samples} samples x {self.record_bytes} B/record) in {self.cache_dir} "
                 f"({self.free_disk_bytes / gib:.1f} GiB free)"
             )
@@ -367,8 +368,9 @@ class Diagnosis:
             )
         else:
             lines.append(
-                f"no cache recommended: one variant ({self.num_samples} x {self.record_bytes} B) does "
-                f"not fit in half of the {self.free_disk_bytes / gib:.1f} GiB free in {self.cache_dir}"
+                f"no cache recommended: one variant ({self.num_samples} x {self.record_bytes} B) "
+                f"does not fit in half of the {self.free_disk_bytes / gib:.1f} GiB free "
+                f"in {self.cache_dir}"
             )
         if self.verdict is Verdict.COMPUTE_BOUND:
             lines.append("training is compute-bound: caching can save little time here")

@@ -158,7 +158,8 @@ def _check_loader(name: str, loader: object, methods: Iterable[str]) -> None:
     missing = [m for m in methods if not callable(getattr(loader, m, None))]
     if missing:
         raise TrainerConfigError(
-            f"{name} ({type(loader).__name__}) lacks {', '.join(missing)}; pass a dataplane.Loader, "
+            f"{name} ({type(loader).__name__}) lacks {', '.join(missing)}; "
+            "pass a dataplane.Loader, "
             "a trainers.torch_baseline.TorchBaselineLoader, or an object with "
             f"{', '.join(REQUIRED_LOADER_METHODS)}"
         )
@@ -444,7 +445,8 @@ def fit(
     if sched is Schedule.PERFECT:
         if fresh_loader is None:
             raise TrainerConfigError(
-                "schedule 'perfect' needs fresh_loader= (the phase-2 loader with fresh augmentation); "
+                "schedule 'perfect' needs fresh_loader= "
+                "(the phase-2 loader with fresh augmentation); "
                 "train_loader is the cached phase-1 loader"
             )
         _check_loader("fresh_loader", fresh_loader, REQUIRED_LOADER_METHODS)
@@ -651,7 +653,8 @@ def fit(
                 tally.train_s = time.perf_counter() - t_epoch
                 if tally.steps == 0:
                     raise TrainerConfigError(
-                        f"the training loader yielded no batches in epoch {epoch}; check the dataset "
+                        f"the training loader yielded no batches in epoch {epoch}; "
+                        "check the dataset "
                         "and batch size (drop_last with fewer samples than a batch?)"
                     )
                 t_val = time.perf_counter()

@@ -75,7 +75,8 @@ th:first-child, td:first-child { text-align: left; }
 {% for r in summary.runs %}
 <tr><td>{{ r.name }}</td><td>{{ r.schedule }}</td>
 <td>{{ "%.4f"|format(r.final_accuracy) if r.final_accuracy is not none else "-" }}</td>
-<td>{{ "%.1f"|format(r.time_to_target_s) if r.time_to_target_s is not none else "not reached" }}</td>
+<td>{{ "%.1f"|format(r.time_to_target_s)
+       if r.time_to_target_s is not none else "not reached" }}</td>
 <td>{{ "%.1f"|format(r.elapsed_s) if r.epochs else "-" }}</td>
 <td>{{ "%.3f"|format(r.input_share) if r.input_share is not none else "-" }}</td>
 <td>{{ r.switch_epoch if r.switch_epoch is not none else "-" }}</td></tr>
@@ -251,7 +252,8 @@ def plot_accuracy_vs_time(
     labels: Sequence[str] | None = None,
     title: str | None = None,
 ) -> Path:
-    """Draw validation accuracy against cumulative wall time, one line per run; return the PNG path."""
+    """Draw validation accuracy against cumulative wall time, one line per run; return the PNG
+    path."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -140,7 +140,8 @@ class SwitchRule:
             )
         if not isinstance(self.min_delta, (int, float)) or not 0.0 <= self.min_delta < 1.0:
             raise TrainerConfigError(
-                f"min_delta must be an accuracy gain in [0, 1) (0.002 = 0.2 points), got {self.min_delta!r}"
+                f"min_delta must be an accuracy gain in [0, 1) (0.002 = 0.2 points), "
+                f"got {self.min_delta!r}"
             )
         if (
             not isinstance(self.budget_fraction, (int, float))

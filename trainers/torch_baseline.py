@@ -1,4 +1,5 @@
-"""The ``torch`` schedule's loader: a plain :class:`torch.utils.data.DataLoader` with PIL transforms.
+"""The ``torch`` schedule's loader: a plain :class:`torch.utils.data.DataLoader` with PIL
+transforms.
 
 This is the baseline users come from: worker processes (``num_workers`` = the
 cores available) open each image with PIL and apply the usual transforms,
@@ -190,7 +191,8 @@ class FolderDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         )
         if not classes:
             raise TrainerDataError(
-                f"{self.root} has no class sub-folders; an image folder needs one sub-folder per class"
+                f"{self.root} has no class sub-folders; "
+                "an image folder needs one sub-folder per class"
             )
         samples: list[tuple[str, int]] = []
         for label, name in enumerate(classes):

@@ -155,7 +155,9 @@ def plan_parquet(
         issues.add(
             "newer log schema version (skipped)",
             source,
-            detail=f"schema version {int(version)} > {SCHEMA_VERSION}; upgrade dataplane to read it",
+            detail=(
+                f"schema version {int(version)} > {SCHEMA_VERSION}; upgrade dataplane to read it"
+            ),
             count=max(pf.metadata.num_rows, 1),
         )
         return [], issues

@@ -89,7 +89,10 @@ def split_table(split: Any) -> str:
 )
 @click.option(
     "--ssd-capacity",
-    help="Cluster-wide SSD budget, e.g. 20GiB [placement.ssd-capacity; default 1GiB, 24MiB with --demo].",
+    help=(
+        "Cluster-wide SSD budget, e.g. 20GiB "
+        "[placement.ssd-capacity; default 1GiB, 24MiB with --demo]."
+    ),
 )
 @click.option(
     "--model",
@@ -238,7 +241,8 @@ def _demo(client: Any, options: Any, partitions: int, rows: int, as_json: bool) 
         )
         return
     click.echo(
-        f"pipeline {result.run_id}: {result.rows} rows shuffled and spilled in {result.wall_s:.1f} s, "
+        f"pipeline {result.run_id}: {result.rows} rows shuffled and spilled "
+        f"in {result.wall_s:.1f} s, "
         f"answer matches pandas: {result.verified}"
     )
     click.echo(f"SSD tier: {options.ssd_dir}  (budget {options.ssd_capacity})")

@@ -16,7 +16,8 @@ class ServiceError(PlacementError):
 
 
 class ServiceConfigError(ServiceError, ValueError):
-    """A ``placement.*`` Dask configuration value is missing or invalid (names the key and the fix)."""
+    """A ``placement.*`` Dask configuration value is missing or invalid (names the key and the
+    fix)."""
 
 
 class WorkerRemoved(ServiceError):

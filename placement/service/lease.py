@@ -242,7 +242,8 @@ class LeasedChooser:
 
     # ------------------------------------------------------------------ renewals
     def begin_sync(self) -> SyncTicket:
-        """Start a renewal: take the predictions seen since the last one and note the bytes spent."""
+        """Start a renewal: take the predictions seen since the last one and note the bytes
+        spent."""
         with self._lock:
             observations = list(self._observations)
             self._observations.clear()

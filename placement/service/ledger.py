@@ -150,7 +150,8 @@ class ClusterLedger:
 
     # ------------------------------------------------------------------ totals
     def used(self, now: float | None = None) -> int:
-        """Bytes on SSD (reported plus reserved) over all workers; ``now`` drops expired reservations."""
+        """Bytes on SSD (reported plus reserved) over all workers; ``now`` drops expired
+        reservations."""
         return sum(s.used + s.live_reserved(now) for s in self._shares.values())
 
     def committed(self, now: float) -> int:

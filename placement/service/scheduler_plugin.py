@@ -1,4 +1,5 @@
-"""The scheduler plugin hosting the placement service (a thin shell over :class:`PlacementService`)."""
+"""The scheduler plugin hosting the placement service (a thin shell over
+:class:`PlacementService`)."""
 
 from __future__ import annotations
 

@@ -21,9 +21,9 @@ cluster and is tested directly. It answers three requests:
 :meth:`~PlacementService.decide` (batched decision requests)
     The service itself decides a batch of files (for producers that are not behind a
     lease, and to measure decisions through the scheduler): one model call per
-    pipeline, the same threshold rule, bytes reserved in the ledger until the worker's next
-    report (one lease life at most). Requests that are malformed, or whose ``name`` would escape a tier
-    directory (``..``, absolute paths), are refused one by one.
+    pipeline, the same threshold rule, bytes reserved in the ledger until the worker's
+    next report (one lease life at most). Requests that are malformed, or whose ``name``
+    would escape a tier directory (``..``, absolute paths), are refused one by one.
 :meth:`~PlacementService.reload_model`
     Loads a newly trained model (``dataplane placement train`` over the service's own
     logs) and the history statistics from the log directory, without a restart;

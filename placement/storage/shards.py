@@ -241,7 +241,8 @@ def worker_shards() -> ShardCache:
 def put_shard(
     name: str, records: np.ndarray, *, stage: str, n_shards: int | None = None
 ) -> ShardRef:
-    """Task helper: write ``records`` as a shard of the running worker (see :meth:`ShardCache.put`)."""
+    """Task helper: write ``records`` as a shard of the running worker (see
+    :meth:`ShardCache.put`)."""
     from distributed.worker import thread_state
 
     key = getattr(thread_state, "key", None)

@@ -35,8 +35,9 @@ What happens on failure
 
 Operations are counted at the store's interface: one :meth:`~TieredFileStore.write`,
 :meth:`~TieredFileStore.append`, :meth:`~TieredFileStore.read` or
-:meth:`~TieredFileStore.read_range` call is one operation, whatever its size (bytes are counted separately). Copies made when a file moves to HDD
-are not counted: they are the store's work, not the application's.
+:meth:`~TieredFileStore.read_range` call is one operation, whatever its size (bytes are
+counted separately). Copies made when a file moves to HDD are not counted: they are the
+store's work, not the application's.
 """
 
 from __future__ import annotations

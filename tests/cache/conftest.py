@@ -14,7 +14,8 @@ from tests.cache import helpers
 
 @pytest.fixture
 def open_store(tmp_path: Path) -> Iterator[Callable[..., CacheStore]]:
-    """``open_store(identity=None, **config)`` -> a CacheStore under tmp_path/cache; closed after."""
+    """``open_store(identity=None, **config)`` -> a CacheStore under tmp_path/cache; closed
+    after."""
     opened: list[CacheStore] = []
 
     def _open(identity: CacheIdentity | None = None, **options: Any) -> CacheStore:

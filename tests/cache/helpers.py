@@ -98,7 +98,9 @@ def reader_process(path: str, seconds: float, result_path: str) -> None:
     """A reader: random batches of variant 0 checked against the written bytes."""
     import time
 
-    store = CacheStore(CacheConfig(path, variants=2, max_bytes=64 << 20, fill=FillMode.OFF), identity())
+    store = CacheStore(
+        CacheConfig(path, variants=2, max_bytes=64 << 20, fill=FillMode.OFF), identity()
+    )
     rng = np.random.default_rng(os.getpid())
     reads = hits = 0
     deadline = time.monotonic() + seconds

@@ -27,7 +27,15 @@ BATCH = 64
 
 def _start(path: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.cache.helpers", "fill", str(path), str(BATCH), *map(str, SHAPE)],
+        [
+            sys.executable,
+            "-m",
+            "tests.cache.helpers",
+            "fill",
+            str(path),
+            str(BATCH),
+            *map(str, SHAPE),
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

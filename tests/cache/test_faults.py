@@ -37,7 +37,9 @@ def test_disk_full_on_write_is_a_clear_error_and_serving_goes_on(
     store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
     monkeypatch.setattr(cache.env, "_commit", _enospc)  # fault injection: ENOSPC at commit
     more = np.arange(32, 64)
-    with pytest.raises(CacheError, match="No space left on device.*keeps serving the 32 records.*free disk space"):
+    with pytest.raises(
+        CacheError, match="No space left on device.*keeps serving the 32 records.*free disk space"
+    ):
         store.put_batch(more, 0, helpers.images(more, 0), helpers.labels(more))
     assert store.state is StoreState.FAILED
     assert store.put_batch(more, 0, helpers.images(more, 0), helpers.labels(more)) == 0
@@ -79,7 +81,8 @@ def test_a_failing_writer_thread_never_hangs_flush_or_close(
         for _ in range(5):
             filler.submit(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
         assert filler.flush(timeout=30)
-    assert isinstance(filler.error, CacheError) and "RuntimeError('unexpected')" in str(filler.error)
+    assert isinstance(filler.error, CacheError)
+    assert "RuntimeError('unexpected')" in str(filler.error)
     assert not filler.admitting
     filler.close()  # returns: the thread is still draining its queue
     assert "the writer failed" in caplog.text
@@ -104,7 +107,8 @@ for start in range(0, 512, 16):
         error = str(exc)
         break
 served = helpers.check_batch(store, np.arange(512), 0)
-print(json.dumps({"written": written, "error": error, "state": store.state.value, "served": served}))
+print(json.dumps({"written": written, "error": error, "state": store.state.value,
+                  "served": served}))
 """
 
 
@@ -170,7 +174,9 @@ def test_read_only_directory(world_readable_dir: Path) -> None:
     def child() -> dict:
         out: dict = {}
         try:
-            CacheStore(CacheConfig(world_readable_dir / "new", max_bytes=16 << 20), helpers.identity())
+            CacheStore(
+                CacheConfig(world_readable_dir / "new", max_bytes=16 << 20), helpers.identity()
+            )
         except CacheError as exc:
             out["new_error"] = str(exc)
         store = CacheStore(CacheConfig(path, variants=2, max_bytes=16 << 20), helpers.identity())

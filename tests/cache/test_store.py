@@ -37,7 +37,12 @@ def test_put_get_round_trip(shape, written, asked, variant) -> None:
         ident = helpers.identity(shape=shape, num_samples=100)
         with CacheStore(CacheConfig(Path(tmp), variants=3, max_bytes=8 << 20), ident) as store:
             idx = np.array(sorted(written), dtype=np.int64)
-            assert store.put_batch(idx, variant, helpers.images(idx, variant, shape), helpers.labels(idx)) == idx.size
+            assert (
+                store.put_batch(
+                    idx, variant, helpers.images(idx, variant, shape), helpers.labels(idx)
+                )
+                == idx.size
+            )
             out = np.zeros((len(asked), *shape), np.uint8)
             lab = np.full(len(asked), -1, np.int64)
             found = store.get_batch(asked, variant, out, labels=lab)
@@ -109,7 +114,9 @@ def test_bad_arguments_name_the_fix(open_store: Opener) -> None:
         store.get_batch(idx, 0, np.zeros((1, 3, 16, 16), np.uint8))
 
 
-def test_reopen_sees_records_and_same_process_shares_env(tmp_path: Path, open_store: Opener) -> None:
+def test_reopen_sees_records_and_same_process_shares_env(
+    tmp_path: Path, open_store: Opener
+) -> None:
     a = open_store()
     idx = np.arange(10)
     a.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))

@@ -199,7 +199,11 @@ def test_partial_cache_mixes_hits_and_misses_every_sample_once(
     keys = epoch_keys(loader, 0)
     assert keys == expected, "cached samples from the cache, the others fresh, each once"
     stats = loader.cache_stats
-    assert (stats.hits, stats.misses, stats.fresh) == (cached.size, SMALL - cached.size, SMALL - cached.size)
+    assert (stats.hits, stats.misses, stats.fresh) == (
+        cached.size,
+        SMALL - cached.size,
+        SMALL - cached.size,
+    )
     assert stats.filled == SMALL - cached.size
     # The next epoch of the variant is entirely cached.
     assert epoch_keys(loader, 1) == expected
@@ -222,7 +226,8 @@ from dataplane import CacheConfig, Loader
 from tests.dataplane.helpers import batch_keys
 from tests.dataplane.test_cached_loader import random_recipe
 loader = Loader({str(writable_copy)!r}, batch_size=64, recipe=random_recipe(), shuffle=True,
-                seed=1, device="cpu", cache=CacheConfig({str(path)!r}, variants=1, max_bytes=64 << 20))
+                seed=1, device="cpu",
+                cache=CacheConfig({str(path)!r}, variants=1, max_bytes=64 << 20))
 for f in Path({str(writable_copy)!r}).rglob("*.png"):
     f.unlink()
 keys = {{}}

@@ -216,7 +216,7 @@ def test_file_deleted_while_read_ahead_is_skipped_in_order(writable_copy: Path) 
     seen = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CorruptSampleWarning)
-        for images, labels in loader:
+        for _images, labels in loader:
             seen.append(len(labels))
     stats = loader.last_epoch_stats
     assert [s.index for s in stats.skipped] == [130]

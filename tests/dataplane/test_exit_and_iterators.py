@@ -75,7 +75,7 @@ def test_a_superseded_iterator_raises_instead_of_ending(tiny: Path) -> None:
         next(first)
     assert sum(1 for _ in second) == len(loader), "the new pass is complete"
     with pytest.raises(RuntimeError, match="one live iterator"):
-        sum(1 for _ in zip(loader, loader))
+        sum(1 for _ in zip(loader, loader, strict=True))
 
 
 def test_set_epoch_inside_the_loop_is_reported(tiny: Path) -> None:

@@ -72,7 +72,9 @@ def test_normalization_is_exact(train_dir: Path) -> None:
 def test_normalize_false_yields_the_decoded_uint8_pixels(train_dir: Path) -> None:
     from PIL import Image
 
-    loader = Loader(train_dir, recipe=identity_recipe(), batch_size=8, device="cpu", normalize=False)
+    loader = Loader(
+        train_dir, recipe=identity_recipe(), batch_size=8, device="cpu", normalize=False
+    )
     images, labels = next(iter(loader))
     assert images.dtype == torch.uint8 and images.shape == (8, 1, 28, 28)
     source = loader.source
@@ -92,7 +94,9 @@ class _ReusingProducer:
         from dataplane.producer import ProducedBatch
 
         r = self.context.recipe
-        buffer = torch.empty((self.context.batch_size, r.channels, r.size, r.size), dtype=torch.uint8)
+        buffer = torch.empty(
+            (self.context.batch_size, r.channels, r.size, r.size), dtype=torch.uint8
+        )
         for request in self.requests:
             n = request.indices.size
             buffer[:n] = torch.from_numpy(request.indices % 251).to(torch.uint8).view(-1, 1, 1, 1)

@@ -17,7 +17,9 @@ import numpy as np
 
 CHECK = """<script>
 window.__errors = [];
-window.addEventListener('error', function (e) { window.__errors.push(String(e.message || 'resource error')); }, true);
+window.addEventListener('error', function (e) {
+  window.__errors.push(String(e.message || 'resource error'));
+}, true);
 window.addEventListener('load', function () {
   var imgs = Array.from(document.images);
   var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;

@@ -75,7 +75,8 @@ def test_spark24_parent_ids_and_executors(spark_dir: Path) -> None:
     result = read_spark_events(spark_dir / "application_1506645932520_24630151")
     t = result.table.to_pandas()
     assert len(t) == 8 and set(t["stage"]) == {"cache at <console>:41"}
-    # stage 2 ("show", parents [0, 1]) completes at 1524182153104 ms: both map stages live until then
+    # stage 2 ("show", parents [0, 1]) completes at 1524182153104 ms: both map stages live until
+    # then
     assert np.allclose(t["deleted_at"], 1524182153.104)
     assert (t["n_partitions_out"] == 1).all() and (t["operator"] == "cache").all()
     assert t["n_workers"].min() >= 4  # four executors were added before the map tasks launched

@@ -34,7 +34,8 @@ class TieredCluster:
 
 @pytest.fixture(scope="module")
 def local_cluster() -> Iterator[Any]:
-    """A plain multi-process ``LocalCluster`` (2 workers x 1 thread, small memory) and its client."""
+    """A plain multi-process ``LocalCluster`` (2 workers x 1 thread, small memory) and its
+    client."""
     import dask
     from distributed import Client, LocalCluster
 

@@ -23,7 +23,8 @@ def make_log(
     seed: int = 0,
     start: float = 1_700_000_000.0,
 ) -> pa.Table:
-    """A log table: ``pipelines`` x ``runs`` sequential runs x 3 stages x ``files_per_stage`` files."""
+    """A log table: ``pipelines`` x ``runs`` sequential runs x 3 stages x ``files_per_stage``
+    files."""
     rng = np.random.default_rng(seed)
     rows = []
     t = start

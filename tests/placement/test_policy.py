@@ -235,7 +235,9 @@ def test_break_even_test_agrees_with_the_cost_model(rng: np.random.Generator) ->
         life = float(10 ** rng.uniform(-2.5, 2.5))
         log_d = float(rng.uniform(-9.0, -3.0))
         size = float(10 ** rng.uniform(4, 8))
-        p = AdaptiveThresholdPolicy(10**12, cost_model=WEAR, expected_lifetime=lambda _id: life)
+        p = AdaptiveThresholdPolicy(
+            10**12, cost_model=WEAR, expected_lifetime=lambda _id, life=life: life
+        )
         ops = 10**log_d * size * life  # what the prediction implies over the expected life
         # written once, read back once: a = r = 1
         saving = WEAR.saving(size, life, ops, io_bytes=2 * size, write_bytes=size)

@@ -599,7 +599,7 @@ def test_a_failing_predictor_never_fails_the_decision() -> None:
     assert chooser.stats()["decisions"]["errors"] == 1
 
 
-# ---------------------------------------------------------------------- the link, with a stand-in RPC
+# -------------------------------------------------------------------- the link, with a stand-in RPC
 class FakeScheduler:
     """Stands in for ``worker.scheduler``: forwards to a real PlacementService, or misbehaves."""
 

@@ -128,8 +128,8 @@ def ledger_matches_workers(client: Any) -> bool:
 def peak_live_bytes(rows: pd.DataFrame) -> int:
     """Largest total size of files alive at the same time."""
     events = sorted(
-        [(t, s) for t, s in zip(rows["created_at"], rows["size_bytes"])]
-        + [(t, -s) for t, s in zip(rows["deleted_at"], rows["size_bytes"])],
+        [(t, s) for t, s in zip(rows["created_at"], rows["size_bytes"], strict=True)]
+        + [(t, -s) for t, s in zip(rows["deleted_at"], rows["size_bytes"], strict=True)],
         key=lambda e: (e[0], e[1]),
     )
     live = peak = 0
@@ -162,7 +162,8 @@ def inject_ssd_full(ssd_dir: str) -> None:
 
 
 def kill_on_write(n: int) -> int:
-    """The ``n``-th file write of this worker process writes half a frame, then the process is killed."""
+    """The ``n``-th file write of this worker process writes half a frame, then the process is
+    killed."""
     import placement.storage.store as store_module
 
     real = store_module._write_frames
@@ -188,7 +189,7 @@ def clear_faults() -> None:
     )
 
 
-# ---------------------------------------------------------------------- faults injected on the scheduler
+# ----------------------------------------------------------------- faults injected on the scheduler
 def make_sync_slow(dask_scheduler: Any, delay_s: float) -> None:
     plugin = dask_scheduler.plugins["placement-service"]
 

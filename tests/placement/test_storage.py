@@ -585,7 +585,9 @@ CRASHING_WRITER = textwrap.dedent(
 
     store_module._write_frames = slow_write
     store = TieredFileStore(ssd_dir=sys.argv[1], hdd_dir=sys.argv[2])
-    handle = store.create("big", FileRequest(file_kind="spill", created_at=time.time()), tier=Tier.SSD)
+    handle = store.create(
+        "big", FileRequest(file_kind="spill", created_at=time.time()), tier=Tier.SSD
+    )
     print(handle.path, flush=True)
     store.write(handle, [b"x" * 65536, b"y" * 65536])
     """

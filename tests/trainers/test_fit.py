@@ -77,7 +77,7 @@ def test_fit_learns_and_writes_run_json(fmnist_arrays, tmp_path: Path) -> None:
     assert rec["train_time_to_target_s"] == first["train_elapsed_s"]
     train_clock = [e["train_elapsed_s"] for e in rec["epochs"]]
     assert train_clock[-1] == pytest.approx(sum(e["train_s"] for e in rec["epochs"]))
-    assert all(t < w for t, w in zip(train_clock, elapsed))  # validation is left out
+    assert all(t < w for t, w in zip(train_clock, elapsed, strict=True))  # validation is left out
     assert rec["epoch_to_target"] == first["epoch"]
 
 
