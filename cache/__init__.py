@@ -21,7 +21,7 @@ from cache.errors import (
 )
 from cache.fill import CacheFiller, FillStats
 from cache.meta import SCHEMA_VERSION, CacheIdentity, CacheMeta
-from cache.store import CacheInfo, CacheStore, StoreState, StoreStats
+from cache.store import CacheInfo, CacheStore, StoreState, StoreStats, VariantsChange
 from cache.verify import VerifyReport, verify
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "StoreState",
     "StoreStats",
     "UnreadableMetaError",
+    "VariantsChange",
     "VerifyReport",
     "verify",
 ]

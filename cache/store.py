@@ -65,6 +65,13 @@ On failure
   loader produces every sample fresh. Reopen it to use the rebuilt cache.
 * Another process grew the map (a larger ``max_bytes``): reads and writes adopt
   the larger map (``MDB_MAP_RESIZED`` is handled, never an error).
+* Opened with other ``variants`` (or ``max_bytes``) than its metadata records:
+  the metadata takes this store's values (the latest writer's configuration). With
+  fewer variants the records of the others are **kept** (another process, or the
+  next run, may use the larger setting again) but never served; the store says so
+  (:attr:`CacheStore.variants_change`, logged; the loader warns), :meth:`CacheStore.info`
+  counts them apart as unused, and ``dataplane cache verify --repair`` (or
+  :func:`cache.verify` with ``repair=True``) deletes them.
 * A process killed at any point leaves only committed, complete, checksummed
   records; the next open counts them (:meth:`CacheStore.counts`) and filling
   goes on from there. The reader slot it held is freed when the cache is next
@@ -115,10 +122,12 @@ from cache.record import (
     HEADER_VERSION_END,
     KEY_SIZE,
     MAX_INDEX,
+    MAX_VARIANT,
     RECORD_OVERHEAD,
     check_record,
     encode_records,
     header_prefix,
+    pack_key,
     pack_keys,
     record_label,
     unpack_key,
@@ -191,9 +200,9 @@ class CacheInfo:
     state : StoreState
         This store's state.
     counts : dict of int to int
-        Complete records per variant.
+        Complete records per variant in use (``0 .. variants - 1``).
     records : int
-        Records in total.
+        Records of the variants in use (what ``expected_records`` counts).
     file_bytes : int
         Size of ``data.mdb`` on disk, in bytes.
     used_bytes : int
@@ -211,6 +220,10 @@ class CacheInfo:
         The part of ``max_bytes`` kept for LMDB's bookkeeping
         (:data:`BOOKKEEPING_PAGES` pages), in bytes: records and metadata fill
         at most ``max_bytes - bookkeeping_bytes``.
+    unused : dict of int to int
+        Records outside the metadata per variant (variants ``>= variants`` left
+        from a configuration with more variants): kept, never served, counted in
+        ``used_bytes``; ``dataplane cache verify --repair`` deletes them.
     """
 
     path: str
@@ -224,11 +237,18 @@ class CacheInfo:
     record_bytes: int
     map_bytes: int = 0
     bookkeeping_bytes: int = 0
+    unused: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def unused_records(self) -> int:
+        """Records outside the metadata (see ``unused``)."""
+        return sum(self.unused.values())
 
     @property
     def bytes_per_sample(self) -> float:
-        """Used bytes per record (0 when empty)."""
-        return self.used_bytes / self.records if self.records else 0.0
+        """Used bytes per record stored, unused ones included (0 when empty)."""
+        stored = self.records + self.unused_records
+        return self.used_bytes / stored if stored else 0.0
 
     @property
     def full(self) -> bool:
@@ -261,6 +281,8 @@ class CacheInfo:
             "counts": {str(k): v for k, v in sorted(self.counts.items())},
             "records": self.records,
             "expected_records": self.expected_records,
+            "unused_counts": {str(k): v for k, v in sorted(self.unused.items())},
+            "unused_records": self.unused_records,
             "file_bytes": self.file_bytes,
             "used_bytes": self.used_bytes,
             "max_bytes": self.max_bytes,
@@ -270,6 +292,60 @@ class CacheInfo:
             "bytes_per_sample": self.bytes_per_sample,
             "full": self.full,
         }
+
+
+def _variant_span(first: int, last: int) -> str:
+    return f"variant {first}" if first == last else f"variants {first}..{last}"
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantsChange:
+    """A store opened a cache with another number of variants than its metadata had,
+    and rewrote the metadata (see :attr:`CacheStore.variants_change`).
+
+    Attributes
+    ----------
+    path : str
+        The cache directory.
+    old : int
+        Variants in the metadata before.
+    new : int
+        Variants now (this store's ``CacheConfig.variants``).
+    unused : int
+        Records of variants ``new .. old - 1``, kept but never served at ``new``
+        variants (0 when the count grew).
+    """
+
+    path: str
+    old: int
+    new: int
+    unused: int
+
+    @property
+    def message(self) -> str:
+        """What changed and, when records are left unused, how to use or delete them."""
+        if self.new > self.old:
+            return (
+                f"the cache at {self.path} now keeps variants={self.new} instead of "
+                f"{self.old}: {_variant_span(self.old, self.new - 1)} are served from the "
+                "records it holds and filled where missing"
+            )
+        head = (
+            f"the cache at {self.path} was built with variants={self.old} and now keeps "
+            f"variants={self.new}"
+        )
+        if not self.unused:
+            return f"{head}; it holds no records of {_variant_span(self.new, self.old - 1)}"
+        return (
+            f"{head}: its {self.unused} records of {_variant_span(self.new, self.old - 1)} are "
+            f"kept but unused (never served, still counted against max_bytes) until "
+            f"`dataplane cache verify --repair {self.path}` deletes them; variants={self.old} "
+            "would serve them again"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (for JSON)."""
+        return {"from": self.old, "to": self.new, "unused_records": self.unused}
 
 
 BatchTuple = tuple[np.ndarray, int, np.ndarray, np.ndarray]
@@ -338,6 +414,8 @@ class CacheStore:
         )
         self._rebuild = config.rebuild
         self._existing_only = False
+        #: Set when opening rewrote the metadata's number of variants (None otherwise).
+        self.variants_change: VariantsChange | None = None
         self._open()
 
     @classmethod
@@ -362,6 +440,7 @@ class CacheStore:
         self._state = StoreState.ADMITTING
         self._rebuild = False
         self._existing_only = True
+        self.variants_change = None
         self._open()
         assert self._meta is not None  # set by _open
         self.identity = self._meta.identity
@@ -407,6 +486,7 @@ class CacheStore:
         self._state = state["state"]
         self._rebuild = False
         self._existing_only = state["existing_only"]
+        self.variants_change = None
 
     # -- opening ----------------------------------------------------------------------
     def _env(self) -> SharedEnv:
@@ -487,6 +567,7 @@ class CacheStore:
         )
         rebuild = self._rebuild
         self._rebuild = False  # once per store: an unpickled or reopened store never rebuilds
+        previous: int | None = None
         try:
             with write_txn(shared) as txn:
                 current = txn.get(META_KEY, db=shared.meta)
@@ -495,6 +576,7 @@ class CacheStore:
                     stored = CacheMeta.from_json(bytes(current), where=where)
                     stored.check(self.identity, where=where)
                     new = dataclasses.replace(new, created=stored.created)
+                    previous = stored.variants
                 if rebuild:
                     self._known_complete.clear()
                     txn.drop(shared.records, delete=False)
@@ -516,7 +598,27 @@ class CacheStore:
                 f"cannot write the metadata of the cache at {where}: {explain(exc)}; free disk "
                 "space or choose a writable path"
             ) from exc
+        if previous is not None and previous != new.variants:
+            unused = (
+                self._count_from_variant(shared, new.variants) if previous > new.variants else 0
+            )
+            change = VariantsChange(where, previous, new.variants, unused)
+            self.variants_change = change
+            # INFO: the loader warns (CacheWarning) and the CLI prints it; a direct caller
+            # reads variants_change.
+            logger.info("%s", change.message)
         return new
+
+    @staticmethod
+    def _count_from_variant(shared: SharedEnv, variant: int) -> int:
+        """Records of variants ``>= variant`` (a key-only scan of their range)."""
+        if variant > MAX_VARIANT:
+            return 0
+        with shared.env.begin(db=shared.records) as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(pack_key(0, variant)):
+                return 0
+            return sum(1 for _ in cursor.iternext(keys=True, values=False))
 
     @property
     def meta(self) -> CacheMeta:
@@ -1076,14 +1178,41 @@ class CacheStore:
             return int(txn.stat(self._env().records)["entries"])
 
     def counts(self) -> dict[int, int]:
-        """Complete records per variant (variants without records included as 0)."""
-        out = dict.fromkeys(range(self.config.variants), 0)
+        """Complete records per variant in use, ``0 .. variants - 1`` (those without
+        records included as 0). Records outside the metadata are not counted here:
+        see :meth:`unused_counts`."""
+        return self._scan_counts()[0]
+
+    def unused_counts(self) -> dict[int, int]:
+        """Records outside the metadata per variant: variants ``>= variants`` (left from
+        a configuration with more variants) or indices ``>= num_samples``. They are
+        never served; ``dataplane cache verify --repair`` deletes them."""
+        return self._scan_counts()[1]
+
+    def _scan_counts(self, chunk: int = 1 << 16) -> tuple[dict[int, int], dict[int, int]]:
+        """``(counts, unused_counts)`` from one key-only scan."""
+        variants = self.config.variants
+        num_samples = self.identity.num_samples
+        used = np.zeros(variants, dtype=np.int64)
+        unused: dict[int, int] = {}
         with self._read() as txn:
-            cursor = txn.cursor()
-            for key in cursor.iternext(keys=True, values=False):
-                variant = int.from_bytes(key[:2], "big")
-                out[variant] = out.get(variant, 0) + 1
-        return out
+            keys = txn.cursor().iternext(keys=True, values=False)
+            while batch := list(itertools.islice(keys, chunk)):
+                raw = b"".join(batch)
+                if len(raw) == KEY_SIZE * len(batch):
+                    ints = np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+                    variant = (ints >> np.uint64(48)).astype(np.int64)
+                    index = (ints & np.uint64(MAX_INDEX)).astype(np.int64)
+                else:  # a malformed key: its variant is its first two bytes
+                    variant = np.array([int.from_bytes(k[:2], "big") for k in batch])
+                    index = np.array(
+                        [int.from_bytes(k[2:], "big") if len(k) == KEY_SIZE else 0 for k in batch]
+                    )
+                inside = (variant < variants) & (index < num_samples)
+                used += np.bincount(variant[inside], minlength=variants)
+                for v, n in zip(*np.unique(variant[~inside], return_counts=True), strict=True):
+                    unused[int(v)] = unused.get(int(v), 0) + int(n)
+        return dict(enumerate(used.tolist())), dict(sorted(unused.items()))
 
     def completed(self, variant: int) -> np.ndarray:
         """bool mask over sample indices: True where ``(index, variant)`` is cached.
@@ -1167,7 +1296,7 @@ class CacheStore:
     def info(self) -> CacheInfo:
         """Counts, sizes and state (see :class:`CacheInfo`)."""
         shared = self._env()
-        counts = self.counts()
+        counts, unused = self._scan_counts()
         env_info = shared.env.info()
         psize = shared.psize
         with self._read() as txn:
@@ -1197,6 +1326,7 @@ class CacheStore:
             record_bytes=int(record_bytes),
             map_bytes=int(env_info["map_size"]),
             bookkeeping_bytes=BOOKKEEPING_PAGES * psize,
+            unused=unused,
         )
 
     # -- lifecycle --------------------------------------------------------------------

@@ -10,8 +10,10 @@ Records outside the metadata (variants beyond ``variants`` after the cache was
 reopened with fewer, for example 4 -> 2) are never served but still count
 against ``max_bytes``; they are reported as unused, and ``repair=True``
 deletes them too. Opening a cache with fewer variants keeps them (another
-process may still use the larger setting): ``dataplane cache verify --repair``
-is how they are dropped.
+process may still use the larger setting) and says so
+(:attr:`cache.store.CacheStore.variants_change`: a ``CacheWarning`` from the
+loader, a line of ``dataplane cache build``; ``dataplane cache info`` counts them
+apart): ``dataplane cache verify --repair`` is how they are dropped.
 """
 
 from __future__ import annotations

@@ -47,6 +47,20 @@ def _open(path: Path) -> CacheStore:
         raise click.ClickException(str(exc)) from exc
 
 
+def _unused_line(path: Path, unused: dict[int, int]) -> str:
+    """The ``unused`` line of ``info`` and ``build``: records outside the metadata."""
+    total = sum(unused.values())
+    if len(unused) <= 4:
+        where = ", ".join(f"variant {v}: {n}" for v, n in sorted(unused.items()))
+    else:
+        where = f"variants {min(unused)}..{max(unused)}"
+    return (
+        f"unused       {total} records outside the metadata ({where}), left from a run with "
+        f"more variants: never served but counted in bytes; `dataplane cache verify --repair "
+        f"{path}` deletes them"
+    )
+
+
 def _emit(as_json: bool, doc: dict[str, Any], text: str) -> None:
     click.echo(json.dumps(doc, indent=2, default=str) if as_json else text)
 
@@ -60,7 +74,11 @@ def cache_group() -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def info_command(path: Path, as_json: bool) -> None:
-    """Fingerprints, records per variant, bytes and whether the cache is full."""
+    """Fingerprints, records per variant, bytes and whether the cache is full.
+
+    Counts the variants in use (``0 .. variants - 1``); records outside the metadata
+    (variants left from a run with more variants) are counted apart as unused.
+    """
     with _open(path) as store:
         info = store.info()
     doc = info.as_dict()
@@ -76,8 +94,10 @@ def info_command(path: Path, as_json: bool) -> None:
     for variant, count in sorted(info.counts.items()):
         pct = 100.0 * count / ident.num_samples
         lines.append(f"variant {variant:<4} {count} / {ident.num_samples} ({pct:.1f}%)")
+    lines.append(f"records      {info.records} / {info.expected_records}")
+    if info.unused:
+        lines.append(_unused_line(path, info.unused))
     lines += [
-        f"records      {info.records} / {info.expected_records}",
         f"bytes        {_human(info.used_bytes)} used, {_human(info.file_bytes)} file, "
         f"max {_human(info.max_bytes)}",
         f"per sample   {_human(info.bytes_per_sample)} "
@@ -234,6 +254,10 @@ def build_command(
     Counts: ``written`` records written by this build; ``produced`` samples
     produced fresh (the missing ones); ``images_per_second`` is ``produced``
     per second of the build. The progress bar counts the missing samples.
+
+    Fewer ``--variants`` than the cache was built with keep the records of the
+    others, unused: the output says so (``variants_change`` with ``--json``), and
+    ``dataplane cache verify --repair`` deletes them.
     """
     import warnings
 
@@ -268,6 +292,8 @@ def build_command(
             )
         except DataplaneError as exc:
             raise click.ClickException(str(exc)) from exc
+        store = loader.cache_store
+        change = store.variants_change if store is not None else None
         try:
             written, produced, todo, seconds, error = _fill(
                 loader, variants, progress=progress and not as_json
@@ -285,6 +311,7 @@ def build_command(
         "seconds": seconds,
         "images_per_second": produced / seconds if seconds > 0 else 0.0,
         "error": error,
+        "variants_change": change.as_dict() if change is not None else None,
     }
     lines = [
         f"built {path}: {written} records written in {seconds:.1f} s "
@@ -292,6 +319,10 @@ def build_command(
         f"records {info.records} / {info.expected_records}, {_human(info.used_bytes)} used"
         + (" (full: the rest is served fresh)" if info.full else ""),
     ]
+    if change is not None and change.unused:
+        lines.append(f"variants changed: {change.message}")
+    elif info.unused:
+        lines.append(_unused_line(path, info.unused))
     if error is not None:
         lines.append(f"stopped: {error}")
     _emit(as_json, doc, "\n".join(lines))

@@ -51,6 +51,10 @@ On failure
   what changed and how to rebuild (``rebuild=True`` / ``--rebuild``).
 * The cache cannot be opened or created (unwritable path, not a directory):
   a :class:`~dataplane.errors.CacheWarning`, and the loader serves fresh.
+* Fewer ``variants`` than the cache was built with: the records of the other
+  variants are kept, unused (a :class:`~dataplane.errors.CacheWarning` at
+  construction says how many, and that ``dataplane cache verify --repair``
+  deletes them); ``dataplane cache info`` counts them apart.
 * ``max_bytes`` reached: the cache stops admitting (``lmdb.MapFullError`` never
   escapes the store), serves what it holds; the rest is produced fresh every
   epoch. One ``CacheWarning`` per loader.
@@ -203,6 +207,12 @@ class LoaderCache:
         except CacheError as exc:
             self.disable(f"the cache is not used: {exc}")
             self.issue_warnings()
+            return
+        change = self.store.variants_change
+        if change is not None and change.unused:
+            # In the user's thread, from Loader(...) (LoaderCache <- Loader._open_cache <-
+            # Loader.__init__ <- the caller); the store logged it at INFO.
+            warnings.warn(change.message, CacheWarning, stacklevel=4)
 
     # -- state -------------------------------------------------------------------------
     @property

@@ -14,6 +14,27 @@ import click
 
 ENTRY_POINT_GROUP = "dataplane.commands"
 
+#: One line per command of :data:`ENTRY_POINT_GROUP`, shown by ``dataplane --help``
+#: without importing the command's package: each is the command's own short help
+#: (the first sentence of its docstring; ``tests/dataplane/test_cli.py`` checks that
+#: they agree). A command missing here is imported to list it.
+COMMAND_SUMMARIES: dict[str, str] = {
+    "cache": "Inspect, verify, clear and build augmented-sample caches.",
+    "compare": "Plot validation accuracy against wall time for RUN_DIRS, one line per run.",
+    "doctor": "Measure the input stage against the compute stage and recommend a cache.",
+    "ingest": "Write DATASET (fmnist: Debian's Fashion-MNIST IDX files) to OUT/train and "
+    "OUT/test.",
+    "iterate": "Iterate DATA (image folder or Parquet) and print images/s per epoch and peak "
+    "RSS.",
+    "placement": "Learned SSD/HDD placement of intermediate files: collect I/O logs, train, "
+    "evaluate, simulate.",
+    "report": "Analyse intermediate-data I/O logs and write a self-contained HTML report.",
+    "serve": "Run the placement service on an embedded LocalCluster (or, with --demo, show it "
+    "at work).",
+    "train": "Train a model with a schedule (fresh | perfect | torch) and write "
+    "RUN_DIR/run.json.",
+}
+
 
 def _command_entry_points() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -26,10 +47,26 @@ class _LazyGroup(click.Group):
         return sorted(set(super().list_commands(ctx)) | set(_command_entry_points()))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # Listing must not import every room: show where each command lives instead.
-        rows = [
-            (name, f"(from {ep.module})") for name, ep in sorted(_command_entry_points().items())
-        ]
+        """List the commands with their short help, as :class:`click.Group` does, but
+        from :data:`COMMAND_SUMMARIES`: listing must not import every room."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            summary = COMMAND_SUMMARIES.get(name)
+            if summary is not None and name not in self.commands:
+                # Shortened exactly as click shortens the command's own help.
+                rows.append((name, click.Command(name, help=summary).get_short_help_str(limit)))
+                continue
+            try:
+                command = self.get_command(ctx, name)
+            except click.ClickException as exc:  # listed, with why it cannot run
+                rows.append((name, f"({exc.message})"))
+                continue
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

@@ -21,6 +21,28 @@ class DatasetError(DataplaneError):
     """A dataset is missing, empty or malformed (for example, labels out of range)."""
 
 
+class DatasetRootError(DatasetError):
+    """A dataset *root* (``train/``, ``test/`` ... beside each other, or the output of
+    ``dataplane ingest``) was given where one split was expected.
+
+    Its split folders would otherwise be read as classes (an image folder) or their
+    rows merged (Parquet). The message names a split to give instead, e.g.
+    ``data/fmnist/train``.
+
+    Attributes
+    ----------
+    root : str
+        The folder given.
+    splits : tuple of str
+        Its split sub-folders, sorted.
+    """
+
+    def __init__(self, message: str, *, root: str, splits: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.root = root
+        self.splits = splits
+
+
 #: How a :class:`DataError` message says to skip corrupt samples (Python API) ...
 SKIP_HINT = "pass on_corrupt='skip' to skip and count corrupt samples"
 #: ... and how a command line says it (``dataplane iterate --on-corrupt skip``).
@@ -76,4 +98,5 @@ class StaleCacheError(DataplaneError, cache.errors.StaleCacheError):
 
 class CacheWarning(UserWarning):
     """The loader's cache cannot serve or admit as configured (unwritable, disk full,
-    ``max_bytes`` reached, unreadable); the loader goes on with fresh samples."""
+    ``max_bytes`` reached, unreadable); the loader goes on with fresh samples. Also
+    issued when fewer ``variants`` than the cache holds leave records unused."""

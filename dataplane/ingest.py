@@ -31,10 +31,11 @@ import numpy as np
 
 from dataplane.errors import DataplaneError, DatasetError
 from dataplane.idx import FASHION_MNIST_CLASSES, read_idx
+from dataplane.sources import INGEST_MANIFEST
 
 #: Debian's location of the Fashion-MNIST IDX files (package ``dataset-fashion-mnist``).
 DEFAULT_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
-MANIFEST = "ingest.json"
+MANIFEST = INGEST_MANIFEST
 SPLITS = {"train": "train", "test": "t10k"}
 _PARQUET_ROWS_PER_GROUP = 4096
 

@@ -16,6 +16,14 @@ Implementations
     bytes column and an integer label column.
 
 :func:`open_source` picks one from a path.
+
+A folder is one split of a dataset (``data/fmnist/train``), never a dataset's
+root: a folder whose sub-folders are all split names (:data:`SPLIT_NAMES`)
+holding classes or Parquet files, or one holding the manifest ``dataplane
+ingest`` writes (:data:`INGEST_MANIFEST`), is refused with
+:class:`~dataplane.errors.DatasetRootError` naming a split to give instead.
+Read as an image folder its splits would become its classes, and read as Parquet
+its splits' rows would be merged.
 """
 
 from __future__ import annotations
@@ -29,12 +37,19 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import xxhash
 
-from dataplane.errors import ConfigError, DatasetError
+from dataplane.errors import ConfigError, DatasetError, DatasetRootError
 
 #: File extensions treated as images by :class:`ImageFolderSource` (lower case).
 IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp", ".jp2"}
 )
+
+#: Sub-folder names (compared in lower case) that make a folder a dataset root when
+#: they are all its sub-folders (see :func:`check_not_dataset_root`).
+SPLIT_NAMES = frozenset({"train", "val", "validation", "test"})
+
+#: The manifest ``dataplane ingest`` writes at the root of the dataset it writes.
+INGEST_MANIFEST = "ingest.json"
 
 
 @runtime_checkable
@@ -122,6 +137,96 @@ def _check_labels(labels: np.ndarray, num_classes: int | None, where: str) -> in
     return num_classes if num_classes is not None else high + 1
 
 
+def _holds_class_folders(folder: Path) -> bool:
+    """True when ``folder`` has a visible sub-folder and no image directly inside."""
+    has_subfolder = False
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                has_subfolder = True
+            elif os.path.splitext(entry.name)[1].lower() in IMAGE_EXTENSIONS:
+                return False
+    return has_subfolder
+
+
+def _holds_parquet(folder: Path) -> bool:
+    """True when ``folder`` holds a ``*.parquet`` file at any depth."""
+    return next((f for f in folder.rglob("*.parquet") if f.is_file()), None) is not None
+
+
+def check_not_dataset_root(root: str | os.PathLike[str], *, parquet: bool = False) -> None:
+    """Refuse a dataset's root where one split (an image folder, a Parquet folder) is expected.
+
+    ``root`` is a dataset root when it holds :data:`INGEST_MANIFEST` (``dataplane
+    ingest`` writes it beside ``train/`` and ``test/``), or when its visible
+    sub-folders are all split names (:data:`SPLIT_NAMES`, at least one) and each
+    holds what a split holds: class sub-folders and no images directly (an image
+    folder), or ``*.parquet`` files while ``root`` holds none directly (Parquet). An
+    image folder whose classes happen to be called ``train`` and ``test`` and hold
+    their images directly is a legitimate image folder and passes.
+
+    Parameters
+    ----------
+    root : path
+        An existing folder.
+    parquet : bool
+        Check for a Parquet dataset instead of an image folder.
+
+    Raises
+    ------
+    DatasetRootError
+        If ``root`` looks like a dataset root; the message names a split to give
+        instead, e.g. ``data/fmnist/train``.
+    """
+    root = Path(root)
+    subfolders = sorted(
+        p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+    )
+    splits = tuple(p.name for p in subfolders if p.name.lower() in SPLIT_NAMES)
+    manifest = (root / INGEST_MANIFEST).is_file()
+    if not manifest:
+        if not splits or len(splits) != len(subfolders):
+            return
+        if parquet:
+            if any(f.is_file() for f in root.glob("*.parquet")):
+                return
+            if not all(_holds_parquet(p) for p in subfolders):
+                return
+        elif not all(_holds_class_folders(p) for p in subfolders):
+            return
+    reasons = []
+    if splits:
+        many = len(splits) > 1
+        reasons.append(
+            f"its sub-folder{'s' if many else ''} {', '.join(splits)} "
+            f"{'are splits' if many else 'is a split'}"
+        )
+    if manifest:
+        reasons.append(f"it holds {INGEST_MANIFEST} (written by `dataplane ingest`)")
+    if parquet:
+        effect = "; read as one Parquet dataset, the rows of its splits would be merged"
+    elif subfolders:
+        n = len(subfolders)
+        what = "splits" if n == len(splits) else "sub-folders"
+        effect = (
+            f"; read as an image folder, its {n} {what} would become {n} classes"
+            if n > 1
+            else f"; read as an image folder, its one {what[:-1]} would become its one class"
+        )
+    else:
+        effect = ""
+    lowered = {name.lower(): name for name in splits}
+    example = root / lowered.get("train", splits[0] if splits else "train")
+    raise DatasetRootError(
+        f"{root} looks like a dataset root, not one split: {', and '.join(reasons)}{effect}. "
+        f"Give one split instead, e.g. {example}",
+        root=str(root),
+        splits=splits,
+    )
+
+
 class _FileBacked:
     """Shared part of the sources whose samples are one file each."""
 
@@ -175,6 +280,10 @@ class ImageFolderSource(_FileBacked):
 
     Raises
     ------
+    DatasetRootError
+        If ``root`` is a dataset's root rather than one split (see
+        :func:`check_not_dataset_root`): ``data/fmnist`` instead of
+        ``data/fmnist/train``.
     DatasetError
         If ``root`` is missing, has no class sub-folders, or holds no images.
     """
@@ -186,6 +295,7 @@ class ImageFolderSource(_FileBacked):
                 f"dataset folder {self.root} does not exist; create it (e.g. `dataplane "
                 "ingest fmnist DIR`) or fix the path"
             )
+        check_not_dataset_root(self.root)
         classes = sorted(
             p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
         )
@@ -302,6 +412,9 @@ class ParquetSource:
 
     Raises
     ------
+    DatasetRootError
+        If ``path`` is a dataset's root rather than one split (see
+        :func:`check_not_dataset_root`).
     DatasetError
         If the path is missing, holds no rows, lacks a column, or a label is out
         of range.
@@ -322,6 +435,7 @@ class ParquetSource:
         if self.path.is_file():
             files = [self.path]
         elif self.path.is_dir():
+            check_not_dataset_root(self.path, parquet=True)
             files = sorted(p for p in self.path.rglob("*.parquet") if p.is_file())
         else:
             raise DatasetError(
@@ -436,6 +550,9 @@ def open_source(path: str | os.PathLike[str]) -> Source:
 
     Raises
     ------
+    DatasetRootError
+        If ``path`` is a dataset's root (``train/``, ``test/`` ... or the output of
+        ``dataplane ingest``) rather than one split.
     DatasetError
         If ``path`` does not exist or holds no recognisable dataset.
     """

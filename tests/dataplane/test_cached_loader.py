@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -568,6 +569,57 @@ def test_resumed_cli_build_produces_only_the_missing_samples(
     assert "0 records written" in output and f"records {2 * SMALL} / {2 * SMALL}" in output
     with CacheStore.open_existing(path) as store:
         assert verify(store).clean
+
+
+def test_fewer_variants_say_the_cache_changed_and_keep_its_records(
+    train_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "built"
+    code, output = build_cli(train_dir, path, "--variants", "4", "--json")
+    assert code == 0, output
+    assert json.loads(output)["records"] == 4 * SMALL
+    kept = (
+        f"the cache at {path} was built with variants=4 and now keeps variants=2: its "
+        f"{2 * SMALL} records of variants 2..3 are kept but unused"
+    )
+    with pytest.warns(CacheWarning, match=kept) as caught:
+        loader = Loader(
+            train_dir, batch_size=64, recipe="train", device="cpu",
+            cache=CacheConfig(path, variants=2, max_bytes=64 << 20),
+        )
+    assert len(caught) == 1 and caught[0].filename == __file__, "points at the Loader(...) call"
+    assert f"`dataplane cache verify --repair {path}` deletes them" in str(caught[0].message)
+    info = loader.cache_store.info()
+    assert (info.records, info.expected_records, info.unused_records) == (
+        2 * SMALL, 2 * SMALL, 2 * SMALL
+    )
+    assert sum(len(x) for x, _ in loader) == SMALL and loader.cache_stats.hits == SMALL
+    loader.close()
+    with CacheStore.open_existing(path) as store:
+        assert store.count() == 4 * SMALL, "nothing stored is lost"
+
+    # The CLI says it too, in its output and its JSON.
+    code, output = build_cli(train_dir, path, "--variants", "4")
+    assert code == 0 and "variants changed" not in output, output
+    code, output = build_cli(train_dir, path, "--variants", "1")
+    assert code == 0, output
+    assert (
+        f"variants changed: the cache at {path} was built with variants=4 and now keeps "
+        f"variants=1: its {3 * SMALL} records of variants 1..3 are kept but unused"
+    ) in output
+    assert f"records {SMALL} / {SMALL}" in output
+    code, output = build_cli(train_dir, path, "--variants", "4", "--json")
+    assert json.loads(output)["variants_change"] == {"from": 1, "to": 4, "unused_records": 0}
+    code, output = build_cli(train_dir, path, "--variants", "2", "--json")
+    doc = json.loads(output)
+    assert doc["variants_change"] == {"from": 4, "to": 2, "unused_records": 2 * SMALL}
+    assert (doc["records"], doc["unused_records"]) == (2 * SMALL, 2 * SMALL)
+    with warnings.catch_warnings():  # the same setting again: nothing to say
+        warnings.simplefilter("error", CacheWarning)
+        Loader(
+            train_dir, batch_size=64, recipe="train", device="cpu",
+            cache=CacheConfig(path, variants=2, max_bytes=64 << 20),
+        ).close()
 
 
 def test_cli_build_stops_with_status_1_when_a_write_fails(

@@ -1,16 +1,21 @@
-"""``dataplane ingest`` and ``dataplane iterate`` on real Fashion-MNIST."""
+"""``dataplane ingest``, ``iterate`` and ``--help`` on real Fashion-MNIST."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
+import click
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from PIL import Image
 
+from dataplane import cli
 from dataplane.cli import main
 from dataplane.idx import FASHION_MNIST_CLASSES, read_idx
 from dataplane.ingest import ingest_fmnist
@@ -115,6 +120,23 @@ def test_iterate_reports_a_missing_dataset(tmp_path: Path) -> None:
     assert result.exit_code != 0 and "no class sub-folders" in result.output
 
 
+def test_iterate_and_cache_build_refuse_a_dataset_root(
+    fmnist_small: Path, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    cache_dir = tmp_path / "cache"
+    for args in (
+        ["iterate", str(fmnist_small), "--epochs", "1", "--device", "cpu"],
+        ["cache", "build", str(fmnist_small), str(cache_dir), "--variants", "1", "--no-progress"],
+    ):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 1, result.output
+        assert "Traceback" not in result.output and result.exception is not None
+        assert result.output.startswith(f"Error: {fmnist_small} looks like a dataset root")
+        assert f"Give one split instead, e.g. {fmnist_small / 'train'}" in result.output
+    assert not cache_dir.exists(), "no cache is made for a dataset root"
+
+
 @pytest.mark.parametrize("corrupt", [b"\x00\x00\x08"])
 def test_idx_reader_rejects_garbage(tmp_path: Path, corrupt: bytes) -> None:
     from dataplane.errors import DatasetError
@@ -123,3 +145,61 @@ def test_idx_reader_rejects_garbage(tmp_path: Path, corrupt: bytes) -> None:
     path.write_bytes(corrupt)
     with pytest.raises(DatasetError, match="not an IDX file|truncated"):
         read_idx(path)
+
+
+def _commands_section(group: click.Group, width: int) -> str:
+    ctx = click.Context(group, info_name="dataplane", terminal_width=width, max_content_width=width)
+    formatter = ctx.make_formatter()
+    group.format_commands(ctx, formatter)
+    return formatter.getvalue()
+
+
+def _loaded_commands() -> dict[str, click.Command]:
+    return {name: ep.load() for name, ep in cli._command_entry_points().items()}
+
+
+def test_help_lists_each_command_with_its_own_short_help() -> None:
+    loaded = _loaded_commands()
+    assert "cache      Inspect, verify, clear and build augmented-sample caches." in (
+        _commands_section(main, 80)
+    )
+    eager = click.Group("dataplane", commands=loaded)
+    for width in (50, 80, 200):  # shortened as click shortens the loaded commands' help
+        listed = _commands_section(main, width)
+        assert listed == _commands_section(eager, width)
+        assert "(from " not in listed
+    assert set(cli.COMMAND_SUMMARIES) == set(loaded), "a summary per entry point, no more"
+    for name, command in loaded.items():  # the kept summaries cannot drift from the commands
+        assert cli.COMMAND_SUMMARIES[name] == command.get_short_help_str(limit=10**6), name
+
+
+def test_help_imports_no_command() -> None:
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from dataplane.cli import main\n"
+        "result = CliRunner().invoke(main, ['--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'trainers', 'placement', 'logs_analysis', 'torch', 'distributed'}))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('dataplane.', 'cache.'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    rooms, modules = done.stdout.splitlines()[-2:]
+    assert rooms == "[]"
+    for module in ("dataplane.cache_cli", "dataplane.ingest", "dataplane.iterate"):
+        assert repr(module) not in modules
+
+
+def test_help_imports_a_command_without_a_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    summaries = dict(cli.COMMAND_SUMMARIES)
+    del summaries["iterate"]
+    monkeypatch.setattr(cli, "COMMAND_SUMMARIES", summaries)
+    points = dict(cli._command_entry_points())
+    points["broken"] = EntryPoint("broken", "no_such_module_xyz:command", cli.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(cli, "_command_entry_points", lambda: points)
+    listed = _commands_section(main, 200)
+    assert "iterate    Iterate DATA (image folder or Parquet) and print images/s" in listed
+    assert "broken     (the 'broken' command could not be imported (No module named" in listed

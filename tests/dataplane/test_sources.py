@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dataplane import errors
 from dataplane.errors import DatasetError
 from dataplane.sources import (
     FileListSource,
@@ -134,3 +135,75 @@ def test_file_read_of_a_missing_or_empty_file(tmp_path: Path) -> None:
     assert listed.read(0) == b""
     with pytest.raises(FileNotFoundError):
         listed.read(1)
+
+
+def _copy_images(src: ImageFolderSource, folder: Path, indices: range) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in indices:
+        shutil.copy(src.describe(i), folder / f"{i}.png")
+
+
+def test_an_ingested_dataset_root_is_refused_naming_a_split(
+    fmnist_small: Path, fmnist_parquet: Path
+) -> None:
+    # What `dataplane ingest` writes (train/, test/ and ingest.json): its splits are not
+    # classes, and the rows of a Parquet root's splits are not one dataset.
+    for opener in (open_source, ImageFolderSource):
+        with pytest.raises(DatasetError, match="looks like a dataset root") as caught:
+            opener(fmnist_small)
+        message = str(caught.value)
+        assert f"e.g. {fmnist_small / 'train'}" in message
+        assert "ingest.json" in message and "its 2 splits would become 2 classes" in message
+        assert isinstance(caught.value, errors.DatasetRootError)
+        assert caught.value.splits == ("test", "train")
+    for opener in (open_source, ParquetSource):
+        with pytest.raises(DatasetError, match="rows of its splits would be merged") as caught:
+            opener(fmnist_parquet)
+        assert isinstance(caught.value, errors.DatasetRootError)
+        assert f"e.g. {fmnist_parquet / 'train'}" in str(caught.value)
+
+
+def test_split_folders_of_classes_are_refused_without_a_manifest(
+    tmp_path: Path, fmnist_small: Path
+) -> None:
+    # Another tool's layout: split folders that hold class folders, no ingest.json.
+    src = ImageFolderSource(fmnist_small / "train")
+    root = tmp_path / "root"
+    for split in ("train", "val"):
+        for cls in ("a", "b"):
+            _copy_images(src, root / split / cls, range(2))
+    (root / ".cache").mkdir()  # hidden entries do not count
+    with pytest.raises(DatasetError, match=r"sub-folders train, val are splits") as caught:
+        open_source(root)
+    assert f"e.g. {root / 'train'}" in str(caught.value)
+    assert len(open_source(root / "val")) == 4
+    only_test = tmp_path / "only-test"
+    _copy_images(src, only_test / "Test" / "a", range(2))
+    with pytest.raises(DatasetError, match=r"sub-folder Test is a split") as caught:
+        ImageFolderSource(only_test)
+    assert str(caught.value).endswith(f"e.g. {only_test / 'Test'}")
+
+
+def test_image_folders_with_split_named_classes_still_open(
+    tmp_path: Path, fmnist_small: Path
+) -> None:
+    src = ImageFolderSource(fmnist_small / "train")
+    # Classes called train and test holding their images directly: a real image folder.
+    direct = tmp_path / "direct"
+    _copy_images(src, direct / "test", range(3))
+    _copy_images(src, direct / "train", range(3, 5))
+    source = open_source(direct)
+    assert isinstance(source, ImageFolderSource)
+    assert source.classes == ["test", "train"]
+    assert [source.label(i) for i in range(5)] == [0, 0, 0, 1, 1]
+    # A split name among other class names is a class like any other.
+    mixed = tmp_path / "mixed"
+    _copy_images(src, mixed / "train" / "nested", range(2))
+    _copy_images(src, mixed / "zebra", range(2, 3))
+    assert ImageFolderSource(mixed).classes == ["train", "zebra"]
+    # Parquet files at the top of a folder with split-named sub-folders: one dataset.
+    flat = tmp_path / "pq"
+    (flat / "train").mkdir(parents=True)
+    _parquet(flat / "part-0.parquet", [0, 1])
+    _parquet(flat / "train" / "part-1.parquet", [1])
+    assert len(ParquetSource(flat)) == 3
