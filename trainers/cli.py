@@ -35,6 +35,22 @@ class FiniteFloatRange(click.FloatRange):
         return rv
 
 
+#: ``--on-corrupt``, shared by ``train`` and ``doctor`` (the meaning of ``dataplane iterate``'s).
+_ON_CORRUPT_HELP = (
+    "What the dataplane loaders do with a corrupt image: stop with an error naming it, or skip "
+    "and count it (a warning names the skipped files when the epoch ends). The torch loader "
+    "always stops."
+)
+
+
+def _dataplane_error(exc: Exception) -> click.ClickException:
+    """A :class:`dataplane.DataplaneError` as a CLI error: its Python-API hint
+    ``on_corrupt='skip'`` becomes ``--on-corrupt skip``."""
+    from dataplane.errors import cli_message
+
+    return click.ClickException(cli_message(exc))
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -204,6 +220,13 @@ def _init_distributed(device: str | None) -> bool:
     default=None,
     help="torch: DataLoader worker processes [default: cores].",
 )
+@click.option(
+    "--on-corrupt",
+    type=click.Choice(["raise", "skip"]),
+    default="raise",
+    show_default=True,
+    help=_ON_CORRUPT_HELP + " Applies to the training and validation loaders.",
+)
 @click.option("--progress/--no-progress", default=True, help="A progress bar per epoch.")
 def train_command(
     data: str,
@@ -231,6 +254,7 @@ def train_command(
     size: int | None,
     limit: int | None,
     workers: int | None,
+    on_corrupt: str,
     progress: bool,
 ) -> None:
     """Train a model with a schedule (fresh | perfect | torch) and write RUN_DIR/run.json."""
@@ -241,6 +265,12 @@ def train_command(
     from trainers.models import build_model
     from trainers.schedule import SwitchRule
 
+    if schedule == "torch" and on_corrupt == "skip":
+        raise click.BadParameter(
+            "skip needs the dataplane loaders of --schedule fresh or perfect; the torch "
+            "baseline stops at a corrupt image (leave --on-corrupt out, or use --schedule fresh)",
+            param_hint="'--on-corrupt'",
+        )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     started_group = _init_distributed(device)
     try:
@@ -261,6 +291,7 @@ def train_command(
                 cache_dir=cache_dir or run_dir / "cache",
                 variants=variants,
                 max_bytes=max_cache_bytes,
+                on_corrupt=on_corrupt,
             )
             channels, side = _image_shape(loaders.train)
             torch.manual_seed(seed)
@@ -285,7 +316,12 @@ def train_command(
                 run_name=schedule,
                 stop_at_target=stop_at_target,
                 progress=progress,
-                extra={"lr": lr, "weight_decay": weight_decay, "workers": workers},
+                extra={
+                    "lr": lr,
+                    "weight_decay": weight_decay,
+                    "workers": workers,
+                    "on_corrupt": on_corrupt,
+                },
                 settings={
                     "data": str(data),
                     "jpeg": jpeg,
@@ -305,7 +341,7 @@ def train_command(
             from dataplane import DataplaneError
 
             if isinstance(exc, DataplaneError):
-                raise click.ClickException(str(exc)) from exc
+                raise _dataplane_error(exc) from exc
             raise
         rec = result.record
         ttt = "not reached" if rec.time_to_target_s is None else f"{rec.time_to_target_s:.1f} s"
@@ -334,13 +370,13 @@ def train_command(
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("compare.png"),
     show_default=True,
-    help="The plot (PNG).",
+    help="The plot; its suffix picks the format (.png, .svg, .pdf, ...: any matplotlib writes).",
 )
 @click.option(
     "--html",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="The HTML page [default: OUT with .html].",
+    help="The HTML page, with the plot as a PNG [default: OUT with .html].",
 )
 @click.option("--title", default=None, help="Title of the plot and page.")
 @click.option(
@@ -363,8 +399,12 @@ def compare_command(
     --target-accuracy is given); warnings name the settings that differ
     between the runs and the runs that did not finish.
     """
-    from trainers.report import compare
+    from trainers.report import check_outputs, compare
 
+    try:  # before reading any run: a bad --out or --html is a usage error
+        check_outputs(run_dirs, out, html)
+    except TrainerError as exc:
+        raise click.UsageError(str(exc)) from exc
     try:
         result = compare(
             list(run_dirs), out, html=html, title=title, target_accuracy=target_accuracy
@@ -414,7 +454,19 @@ def compare_command(
     help="Timed batches of each stage (well above the loader's prefetch depth).",
 )
 @click.option("--warmup", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--size", type=click.IntRange(min=8), default=None, help="Output side in pixels.")
+@click.option(
+    "--size",
+    type=click.IntRange(min=8),
+    default=None,
+    help="Output side in pixels; --data fmnist: also the side of the ingested images (as train).",
+)
+@click.option("--jpeg", is_flag=True, help="--data fmnist: re-encode as JPEG at ingest (as train).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="--data fmnist: ingest only the first N images of each split (as train).",
+)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None)
 @click.option(
     "--loader",
@@ -458,6 +510,14 @@ def compare_command(
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("data"),
     show_default=True,
+    help="Where --data fmnist is ingested (as train).",
+)
+@click.option(
+    "--on-corrupt",
+    type=click.Choice(["raise", "skip"]),
+    default="raise",
+    show_default=True,
+    help=_ON_CORRUPT_HELP,
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 def doctor_command(
@@ -467,6 +527,8 @@ def doctor_command(
     steps: int,
     warmup: int,
     size: int | None,
+    jpeg: bool,
+    limit: int | None,
     device: str | None,
     loader_kind: str,
     cache_dir: Path,
@@ -474,6 +536,7 @@ def doctor_command(
     phase1_fraction: float,
     cached_cost: float,
     data_root: Path,
+    on_corrupt: str,
     as_json: bool,
 ) -> None:
     """Measure the input stage against the compute stage and recommend a cache."""
@@ -481,19 +544,25 @@ def doctor_command(
 
     from trainers.data import resolve_dataset
     from trainers.doctor import diagnose
-    from trainers.errors import TrainerDataError
     from trainers.fit import resolve_device
     from trainers.models import build_model
 
+    if loader_kind == "torch" and on_corrupt == "skip":
+        raise click.BadParameter(
+            "skip needs --loader dataplane; the torch loader stops at a corrupt image (leave "
+            "--on-corrupt out, or use --loader dataplane)",
+            param_hint="'--on-corrupt'",
+        )
     try:
         dev = resolve_device(device)  # as train does: refuse CUDA where there is none
-        if data != "fmnist" and (Path(data) / "train").is_dir():
+        if data == "fmnist":  # ingested as train does (same folder for the same options)
+            train_dir = resolve_dataset(
+                data, data_root=data_root, jpeg=jpeg, size=size, limit=limit
+            ).train
+        elif (Path(data) / "train").is_dir():
             train_dir = Path(data) / "train"
         else:
-            try:
-                train_dir = resolve_dataset(data, data_root=data_root).train
-            except TrainerDataError:
-                train_dir = Path(data)  # an image folder of classes itself
+            train_dir = Path(data)  # an image folder of classes itself
         if loader_kind == "torch":
             from trainers.torch_baseline import TorchBaselineLoader
 
@@ -507,7 +576,8 @@ def doctor_command(
                 recipe="train",
                 shuffle=True,
                 size=size,
-                device=dev.type,
+                device=device,  # as train's loaders: None lets the Loader pick (DALI must see CUDA)
+                on_corrupt=on_corrupt,
             )
         channels, side = _image_shape(loader)
         num_classes = _num_classes(loader)
@@ -532,7 +602,7 @@ def doctor_command(
         from dataplane import DataplaneError
 
         if isinstance(exc, DataplaneError):
-            raise click.ClickException(str(exc)) from exc
+            raise _dataplane_error(exc) from exc
         raise
     if diagnosis.input_batches_timed < steps:
         click.echo(

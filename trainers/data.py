@@ -22,11 +22,15 @@ sub-folders, each an image folder (one sub-folder per class), as written by
 Validation (and so the time to the target accuracy) uses ``val/`` when the
 dataset has one, so that ``test/`` stays held out; otherwise ``test/``
 (Fashion-MNIST has only ``train`` and ``test``). The choice is logged and
-:attr:`DatasetSplits.val_split` names it.
+:attr:`DatasetSplits.val_split` names it. A label is the position of its
+class folder's name in sorted order, so the validation split must have the
+training split's class folders: :func:`build_loaders` refuses other ones and
+names the difference.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -99,15 +103,23 @@ def resolve_dataset(
     Raises
     ------
     TrainerDataError
-        The folder lacks a ``train/`` or validation split.
+        The folder lacks a ``train/`` or validation split, or, for
+        ``"fmnist"``, ``<data_root>/<name>`` holds an ingest written with other
+        settings (the message says how to use it as it is or replace it).
     """
     if str(data) == "fmnist":
+        from dataplane.errors import DatasetError
         from dataplane.ingest import ingest_fmnist
 
         name = "fmnist" + (f"-jpeg{size or 28}" if jpeg else (f"-{size}" if size else ""))
         name += f"-limit{limit}" if limit else ""
         out = Path(data_root) / name
-        ingest_fmnist(out, fmt="folder", jpeg=jpeg, size=size, limit=limit, progress=progress)
+        try:
+            ingest_fmnist(out, fmt="folder", jpeg=jpeg, size=size, limit=limit, progress=progress)
+        except DatasetError as exc:
+            if "--overwrite" not in str(exc):  # not the "other settings" refusal
+                raise
+            raise TrainerDataError(_other_ingest_message(out, jpeg, size, limit)) from exc
         logger.info("validating on %s (Fashion-MNIST's test split)", out / "test")
         return DatasetSplits(out / "train", out / "test")
     root = Path(data)
@@ -121,6 +133,51 @@ def resolve_dataset(
             logger.info("validating on %s/", root / name)
             return DatasetSplits(root / "train", root / name)
     raise TrainerDataError(f"{root} has no test/ or val/ folder to validate on")
+
+
+def _other_ingest_message(out: Path, jpeg: bool, size: int | None, limit: int | None) -> str:
+    """Why ``--data fmnist`` cannot use ``out`` (an ingest with other settings) and what to do.
+
+    ``dataplane ingest`` would say "pass --overwrite", an option ``train`` and
+    ``doctor`` do not have: this names the commands that do the job there.
+    """
+    from dataplane.ingest import MANIFEST
+
+    wanted: dict[str, Any] = {"format": "folder", "jpeg": jpeg, "size": size or 28, "limit": limit}
+    try:
+        previous = json.loads((out / MANIFEST).read_text()).get("settings")
+    except (OSError, ValueError, AttributeError):
+        previous = None
+    if isinstance(previous, dict):
+        diffs = [
+            f"{key} {_show(previous.get(key))} there, {_show(value)} here"
+            for key, value in wanted.items()
+            if previous.get(key) != value
+        ]
+        what = f"a Fashion-MNIST ingest with other settings ({'; '.join(diffs) or 'unknown'})"
+        as_is = (
+            f"use it as it is with --data {out}, "
+            if previous.get("format") == "folder" and (out / "train").is_dir()
+            else ""
+        )
+    else:
+        what = f"files without a readable {MANIFEST} (an interrupted or other ingest)"
+        as_is = ""
+    options = (" --jpeg" if jpeg else "") + (f" --size {size}" if size else "")
+    options += f" --limit {limit}" if limit else ""
+    return (
+        f"{out} already holds {what}, so --data fmnist cannot ingest there; {as_is}replace it "
+        f"with `dataplane ingest fmnist {out} --overwrite{options}` and run this again, or "
+        "ingest into another folder with --data-root DIR"
+    )
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 def cache_available() -> bool:
@@ -150,6 +207,7 @@ def build_loaders(
     recipe: Any | None = None,
     eval_recipe: Any | None = None,
     transform_options: dict[str, Any] | None = None,
+    on_corrupt: str = "raise",
 ) -> ScheduleLoaders:
     """Build the training (and phase-2) and validation loaders of ``schedule``.
 
@@ -182,9 +240,31 @@ def build_loaders(
         Recipes (names or ``preprocessing.Recipe``) of the DALI loaders.
     transform_options : dict, optional
         Extra :class:`~trainers.torch_baseline.Transform` fields for ``torch``.
+    on_corrupt : {"raise", "skip"}
+        What the DALI loaders (training and validation) do with a corrupt
+        image, as ``dataplane.Loader``'s ``on_corrupt``; ``torch`` always raises.
+
+    Raises
+    ------
+    TrainerConfigError
+        A bad ``on_corrupt``, ``on_corrupt="skip"`` with ``torch``, or a
+        ``perfect`` schedule without a cache directory or cache support.
+    TrainerDataError
+        The validation split's class folders differ from the training split's
+        (labels are positions in the sorted folder names, so they would not match).
     """
     sched = Schedule.parse(schedule)
     val_bs = val_batch_size or batch_size
+    if on_corrupt not in ("raise", "skip"):
+        raise TrainerConfigError(
+            f"on_corrupt must be 'raise' or 'skip' (--on-corrupt), got {on_corrupt!r}"
+        )
+    if sched is Schedule.TORCH and on_corrupt != "raise":
+        raise TrainerConfigError(
+            "on_corrupt='skip' (--on-corrupt skip) needs the dataplane loaders of the fresh "
+            "and perfect schedules; the torch baseline stops at a corrupt image: remove "
+            "--on-corrupt skip, or use schedule fresh"
+        )
     if sched is Schedule.TORCH:
         from trainers.torch_baseline import TorchBaselineLoader
 
@@ -211,11 +291,17 @@ def build_loaders(
             transform_options=eval_options,
             **common,
         )
+        _check_classes(train, val, splits)
         return ScheduleLoaders(train=train, val=val)
 
     from dataplane import Loader
 
-    shape: dict[str, Any] = {"size": size, "channels": channels, "device": device}
+    shape: dict[str, Any] = {
+        "size": size,
+        "channels": channels,
+        "device": device,
+        "on_corrupt": on_corrupt,
+    }
     source = train_data if train_data is not None else splits.train
 
     def fresh_loader() -> Any:
@@ -231,8 +317,10 @@ def build_loaders(
     val_loader: Any = Loader(
         splits.val, batch_size=val_bs, recipe=eval_recipe or "eval", shuffle=False, **shape
     )
+    fresh = fresh_loader()
+    _check_classes(fresh, val_loader, splits)
     if sched is Schedule.FRESH:
-        return ScheduleLoaders(train=fresh_loader(), val=val_loader)
+        return ScheduleLoaders(train=fresh, val=val_loader)
     if cache_dir is None:
         raise TrainerConfigError(
             "schedule 'perfect' needs a cache directory (--cache-dir / cache_dir=)"
@@ -259,4 +347,44 @@ def build_loaders(
         cache=CacheConfig(cache_dir, **cache_kwargs),  # type: ignore[arg-type]  # validated there
         **shape,
     )
-    return ScheduleLoaders(train=cached, val=val_loader, fresh=fresh_loader())
+    return ScheduleLoaders(train=cached, val=val_loader, fresh=fresh)
+
+
+def _class_names(loader: Any) -> list[str] | None:
+    """The class folder names of a loader's data, in label order, when it has them."""
+    for holder in (getattr(loader, "source", None), getattr(loader, "dataset", None)):
+        classes = getattr(holder, "classes", None)
+        if classes is not None:
+            return [str(c) for c in classes]
+    return None
+
+
+def _listed(names: list[str], most: int = 10) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" ... ({len(names) - most} more)" if len(names) > most else "")
+
+
+def _check_classes(train: Any, val: Any, splits: DatasetSplits) -> None:
+    """Refuse a validation split whose class folders are not the training split's.
+
+    Raises
+    ------
+    TrainerDataError
+        Both loaders list their classes and the lists differ.
+    """
+    train_classes, val_classes = _class_names(train), _class_names(val)
+    if train_classes is None or val_classes is None or train_classes == val_classes:
+        return
+    only_val = [c for c in val_classes if c not in train_classes]
+    only_train = [c for c in train_classes if c not in val_classes]
+    parts = []
+    if only_val:
+        parts.append(f"only in {splits.val_split}/: {_listed(only_val)}")
+    if only_train:
+        parts.append(f"only in {splits.train.name}/: {_listed(only_train)}")
+    raise TrainerDataError(
+        f"the validation split {splits.val} has other class folders than the training split "
+        f"{splits.train} ({'; '.join(parts)}); a label is the position of its folder's name "
+        "in sorted order, so validation would score the wrong classes: give both splits the "
+        "same class folders"
+    )

@@ -4,9 +4,12 @@
 ``run.json`` (see :mod:`trainers.run_record`) and draws one line per run:
 validation accuracy (y) at the cumulative wall time ``elapsed_s`` (x) of the
 end of each epoch. Phase-1 (cached) epochs of ``perfect`` are hollow markers,
-the target accuracy a dashed horizontal line. The HTML page (``--html``,
-default: the PNG's name with ``.html``) embeds the plot and shows the JSON
-summary beside it.
+the target accuracy a dashed horizontal line. The plot's format follows the
+suffix of ``--out`` (any format matplotlib writes: ``.png``, ``.svg``,
+``.pdf``, ...; :func:`plot_formats`). The HTML page (``--html``, default: the
+plot's name with ``.html``) embeds the plot as a PNG and shows the JSON
+summary beside it. Neither may replace the other or a run's ``run.json``
+(:func:`check_outputs`, before any work).
 
 Summary fields per run: ``name``, ``schedule``, ``final_accuracy``,
 ``best_accuracy``, ``target_accuracy``, ``time_to_target_s``, ``elapsed_s``,
@@ -32,6 +35,7 @@ compare`` prints and the HTML page shows above the table.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -40,10 +44,18 @@ from pathlib import Path
 from typing import Any
 
 from trainers._files import json_safe
-from trainers.errors import RunRecordError
-from trainers.run_record import RunRecord
+from trainers.errors import RunRecordError, TrainerConfigError
+from trainers.run_record import RUN_FILE, RunRecord
 
-__all__ = ["CompareResult", "compare", "differences", "plot_accuracy_vs_time", "summarize"]
+__all__ = [
+    "CompareResult",
+    "check_outputs",
+    "compare",
+    "differences",
+    "plot_accuracy_vs_time",
+    "plot_formats",
+    "summarize",
+]
 
 _HTML = """<!doctype html>
 <html lang="en">
@@ -93,11 +105,106 @@ th:first-child, td:first-child { text-align: left; }
 
 @dataclass(frozen=True)
 class CompareResult:
-    """Files written by :func:`compare` and the summary they show."""
+    """Files written by :func:`compare` and the summary they show.
+
+    Attributes
+    ----------
+    png : pathlib.Path
+        The plot, in the format of its suffix (PNG by default).
+    html : pathlib.Path
+        The HTML page.
+    summary : dict
+        The JSON summary (see the module docstring).
+    """
 
     png: Path
     html: Path
     summary: dict[str, Any]
+
+
+def plot_formats() -> dict[str, str]:
+    """The file formats matplotlib can write, by suffix (``{"png": "Portable Network
+    Graphics", ...}``): what :func:`plot_accuracy_vs_time` accepts."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return dict(FigureCanvasBase.get_supported_filetypes())
+
+
+def _plot_format(out: Path) -> str:
+    """The format of the plot file ``out`` (its suffix, lower case).
+
+    Raises
+    ------
+    TrainerConfigError
+        ``out`` has no suffix, or one matplotlib cannot write.
+    """
+    formats = plot_formats()
+    fmt = out.suffix[1:].lower()
+    if fmt in formats:
+        return fmt
+    listed = ", ".join(f".{f}" for f in sorted(formats))
+    what = f"a .{fmt} file" if fmt else "a file name without a suffix"
+    example = out.with_suffix(".png") if out.name else Path("compare.png")
+    page = (
+        f"; the HTML page is written beside the plot ({example.with_suffix('.html')}) or to "
+        "--html (html=)"
+        if fmt in ("html", "htm")
+        else ""
+    )
+    raise TrainerConfigError(
+        f"--out {out} (out=) is {what}, which matplotlib cannot write the plot as; give a "
+        f"name ending in one of {listed} (e.g. --out {example}){page}"
+    )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def check_outputs(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    html: str | os.PathLike[str] | None = None,
+) -> tuple[Path, Path]:
+    """Check the plot and page paths of :func:`compare` before any work.
+
+    Parameters
+    ----------
+    run_dirs : sequence of path
+        The run directories (or ``run.json`` files) to compare.
+    out : path
+        The plot; its suffix picks the format (see :func:`plot_formats`).
+    html : path, optional
+        The HTML page (default: ``out`` with suffix ``.html``).
+
+    Returns
+    -------
+    (pathlib.Path, pathlib.Path)
+        The plot and the HTML page.
+
+    Raises
+    ------
+    TrainerConfigError
+        ``out``'s suffix is not a format matplotlib writes, the page would
+        replace the plot, or either would replace a run's ``run.json``.
+    """
+    out = Path(out)
+    _plot_format(out)
+    html_path = Path(html) if html is not None else out.with_suffix(".html")
+    if _same_file(html_path, out):
+        raise TrainerConfigError(
+            f"--html {html_path} (html=) is the plot's own file (--out {out}); give the page "
+            f"another name (e.g. --html {out.with_suffix('.html')}) or leave --html out"
+        )
+    for d in run_dirs:
+        record = Path(d) / RUN_FILE if Path(d).is_dir() else Path(d)
+        for option, path in (("out", out), ("html", html_path)):
+            if _same_file(path, record):
+                raise TrainerConfigError(
+                    f"--{option} {path} ({option}=) would replace the run record {record}; "
+                    "write it elsewhere"
+                )
+    return out, html_path
 
 
 #: Settings under ``extra`` that belong to one schedule (not compared between runs).
@@ -165,15 +272,20 @@ def differences(
     return out
 
 
-def _common_target(records: Sequence[RunRecord]) -> tuple[float | None, str | None]:
-    """The target all runs were timed at, or ``None`` and why there is none."""
+def _common_target(
+    records: Sequence[RunRecord], labels: Sequence[str]
+) -> tuple[float | None, str | None]:
+    """The target all runs were timed at, or ``None`` and why there is none (naming each run
+    by its label)."""
     targets = {r.target_accuracy for r in records}
     if len(targets) == 1:
         (target,) = targets
         if target is not None:
             return target, None
         return None, "no speed-up: the runs have no target accuracy; pass --target-accuracy"
-    listed = ", ".join(f"{r.name}: {r.target_accuracy}" for r in records)
+    listed = ", ".join(
+        f"{label}: {r.target_accuracy}" for label, r in zip(labels, records, strict=True)
+    )
     return None, (
         f"no speed-up: the runs were timed at different target accuracies ({listed}); pass "
         "--target-accuracy (target_accuracy=) to compare them at one"
@@ -183,7 +295,7 @@ def _common_target(records: Sequence[RunRecord]) -> tuple[float | None, str | No
 def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None) -> dict[str, Any]:
     """The JSON summary of several runs (see the module docstring)."""
     labels = list(labels) if labels is not None else [r.name for r in records]
-    target, note = _common_target(records)
+    target, note = _common_target(records, labels)
     warnings: list[str] = []
     diffs = differences(records, labels) if len(records) > 1 else {}
     both = {k: v for k, v in diffs.items() if None not in v.values()}
@@ -245,21 +357,13 @@ def summarize(records: Sequence[RunRecord], labels: Sequence[str] | None = None)
     )
 
 
-def plot_accuracy_vs_time(
-    records: Sequence[RunRecord],
-    out: str | os.PathLike[str],
-    *,
-    labels: Sequence[str] | None = None,
-    title: str | None = None,
-) -> Path:
-    """Draw validation accuracy against cumulative wall time, one line per run; return the PNG
-    path."""
+def _figure(records: Sequence[RunRecord], labels: Sequence[str], title: str | None) -> Any:
+    """The matplotlib figure of validation accuracy against wall time (Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = list(labels) if labels is not None else [r.name for r in records]
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
     targets = set()
     for label, rec in zip(labels, records, strict=True):
@@ -289,10 +393,70 @@ def plot_accuracy_vs_time(
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
+    return fig
+
+
+def _save(fig: Any, out: Path) -> None:
+    """Write ``fig`` to ``out`` in the format of its suffix.
+
+    Raises
+    ------
+    TrainerConfigError
+        The suffix is no format matplotlib writes, or writing failed (for
+        example ``.pgf`` without a TeX installation, or an unwritable folder).
+    """
+    fmt = _plot_format(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, format=fmt)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise TrainerConfigError(
+            f"cannot write the plot to {out} ({exc}); choose another --out (out=), "
+            "e.g. a .png file in a writable folder"
+        ) from exc
+
+
+def plot_accuracy_vs_time(
+    records: Sequence[RunRecord],
+    out: str | os.PathLike[str],
+    *,
+    labels: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Draw validation accuracy against cumulative wall time, one line per run.
+
+    Parameters
+    ----------
+    records : sequence of RunRecord
+        The runs.
+    out : path
+        The file to write; its suffix picks the format (``.png``, ``.svg``,
+        ``.pdf``, ...: :func:`plot_formats`).
+    labels : sequence of str, optional
+        Legend entry of each run (default: the run names).
+    title : str, optional
+        Title of the plot.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out``.
+
+    Raises
+    ------
+    TrainerConfigError
+        ``out`` has no suffix matplotlib writes, or cannot be written.
+    """
+    import matplotlib.pyplot as plt
+
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
+    _plot_format(out)
+    labels = list(labels) if labels is not None else [r.name for r in records]
+    fig = _figure(records, labels, title)
+    try:
+        _save(fig, out)
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -311,9 +475,11 @@ def compare(
     run_dirs : sequence of path
         Run directories (or ``run.json`` files).
     out : path
-        PNG to write.
+        The plot to write; its suffix picks the format (``.png``, ``.svg``,
+        ``.pdf``, ...: :func:`plot_formats`).
     html : path, optional
-        HTML page to write (default: ``out`` with suffix ``.html``).
+        HTML page to write (default: ``out`` with suffix ``.html``); it
+        embeds the plot as a PNG whatever the format of ``out``.
     title : str, optional
         Title of the plot and page.
     target_accuracy : float, optional
@@ -324,17 +490,32 @@ def compare(
     ------
     RunRecordError
         No run given, or a directory without a readable ``run.json``.
+    TrainerConfigError
+        ``out`` or ``html`` is refused by :func:`check_outputs`, or the plot
+        cannot be written.
     """
     if not run_dirs:
         raise RunRecordError("give at least one run directory to compare")
+    out, html_path = check_outputs(run_dirs, out, html)
     dirs = [Path(d) for d in run_dirs]
     records = [RunRecord.read(d) for d in dirs]
     if target_accuracy is not None:
         records = [r.retarget(target_accuracy) for r in records]
     labels = _labels(records, [d if d.is_dir() else d.parent for d in dirs])
-    png = plot_accuracy_vs_time(records, out, labels=labels, title=title)
+    import matplotlib.pyplot as plt
+
+    fig = _figure(records, labels, title)
+    try:
+        _save(fig, out)
+        if _plot_format(out) == "png":
+            png_bytes = out.read_bytes()
+        else:  # the page shows a PNG whatever the plot's format
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png")
+            png_bytes = buffer.getvalue()
+    finally:
+        plt.close(fig)
     summary = summarize(records, labels)
-    html_path = Path(html) if html is not None else png.with_suffix(".html")
     from jinja2 import Environment, select_autoescape
 
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
@@ -342,8 +523,8 @@ def compare(
         title=title or "dataplane: time to accuracy",
         summary=summary,
         summary_json=json.dumps(summary, indent=2, allow_nan=False),
-        png_b64=base64.b64encode(png.read_bytes()).decode("ascii"),
+        png_b64=base64.b64encode(png_bytes).decode("ascii"),
     )
     html_path.parent.mkdir(parents=True, exist_ok=True)
     html_path.write_text(page)
-    return CompareResult(png=png, html=html_path, summary=summary)
+    return CompareResult(png=out, html=html_path, summary=summary)

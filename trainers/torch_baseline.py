@@ -221,7 +221,45 @@ class FolderDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
                 rng = random.Random(f"{self.seed}:{epoch}:{index}")
                 return self.transform(image, rng), label
         except (OSError, UnidentifiedImageError, ValueError) as exc:
-            raise TrainerDataError(f"cannot read image {index} ({path}): {exc}") from exc
+            raise TrainerDataError(
+                f"cannot read image {index} ({path}): {exc}; fix or remove the file"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    """What a worker hands back instead of a batch holding an unreadable image."""
+
+    message: str
+
+
+class _Guarded(torch.utils.data.Dataset[Any]):
+    """A :class:`FolderDataset` whose read errors come back as :class:`_Unreadable` items.
+
+    An exception raised in a DataLoader worker reaches the main process with
+    the worker's traceback pasted into its message; handing the message back
+    as data lets :meth:`TorchBaselineLoader.__iter__` raise it as it was.
+    """
+
+    def __init__(self, dataset: FolderDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        try:
+            return self.dataset[key]
+        except TrainerDataError as exc:
+            return _Unreadable(str(exc))
+
+
+def _collate(items: list[Any]) -> Any:
+    """Stack a batch, or pass on the first :class:`_Unreadable` item of it."""
+    for item in items:
+        if isinstance(item, _Unreadable):
+            return item
+    return torch.utils.data.default_collate(items)
 
 
 class _BatchKeys(torch.utils.data.Sampler[list[tuple[int, int]]]):
@@ -377,8 +415,9 @@ class TorchBaselineLoader:
     def _dataloader(self) -> torch.utils.data.DataLoader[Any]:
         if self._loader is None:
             self._loader = torch.utils.data.DataLoader(
-                self.dataset,  # type: ignore[arg-type]
+                _Guarded(self.dataset),
                 batch_sampler=self._keys,
+                collate_fn=_collate,
                 num_workers=self.num_workers,
                 persistent_workers=self.num_workers > 0,
                 prefetch_factor=4 if self.num_workers > 0 else None,
@@ -393,7 +432,10 @@ class TorchBaselineLoader:
         ]
         self._keys.batches = batches[self.position :]
         epoch = self.epoch
-        for images, labels in self._dataloader():
+        for batch in self._dataloader():
+            if isinstance(batch, _Unreadable):
+                raise TrainerDataError(batch.message)
+            images, labels = batch
             self.position += 1
             yield images, labels.to(torch.int64)
         if self.epoch == epoch:

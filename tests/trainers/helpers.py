@@ -1,4 +1,4 @@
-"""Test helpers: real Fashion-MNIST tensors and a minimal resumable in-memory loader.
+"""Test helpers: real Fashion-MNIST tensors, a minimal resumable in-memory loader, run records.
 
 The loader stands in for ``dataplane.Loader`` where a test is about the
 trainer, not the loader: it has the same contract (``set_epoch``, ``len``,
@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from trainers.run_record import EpochRecord, RunRecord
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -126,3 +128,27 @@ class InterruptingLoader(ArrayLoader):
                 self.interrupt_at = None
                 raise KeyboardInterrupt
             yield batch
+
+
+def run_record(
+    name: str, target: float | None, accuracies: list[float], **fields: Any
+) -> RunRecord:
+    """A run record with one epoch per accuracy, 10 s each."""
+    rec = RunRecord(
+        name=name,
+        schedule=fields.pop("schedule", name),
+        model=fields.pop("model", "SmallCNN"),
+        epochs_planned=fields.pop("epochs_planned", len(accuracies) or 2),
+        target_accuracy=target,
+        world_size=1,
+        device=fields.pop("device", "cpu"),
+        switch_rule={},
+        status=fields.pop("status", "completed"),
+        extra=fields.pop("extra", {"batch_size": 64, "lr": 0.05, "variants": None}),
+    )
+    for i, acc in enumerate(accuracies):
+        t = 10.0 * (i + 1)
+        rec.add_epoch(
+            EpochRecord(i, "fresh", 1, 64, t, 1, 1, 0, 0, t, 0.5, 6.4, 1.0, acc, 1.0, acc, 0.05, t)
+        )
+    return rec

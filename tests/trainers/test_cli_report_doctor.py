@@ -10,12 +10,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from tests.trainers.helpers import run_record as _record
 from trainers.cli import compare_command, doctor_command, train_command
 from trainers.data import cache_available, resolve_dataset
 from trainers.doctor import Verdict, amdahl_bound, estimate_record_bytes, recommend_cache
 from trainers.errors import RunRecordError, TrainerConfigError
 from trainers.report import compare
-from trainers.run_record import EpochRecord, RunRecord
+from trainers.run_record import RunRecord
 from trainers.schedule import SwitchRule
 
 
@@ -257,28 +258,6 @@ def test_compare_at_another_target(two_runs: dict[str, Path], tmp_path: Path) ->
     never = compare([two_runs["fresh"]], tmp_path / "n.png", target_accuracy=1.0).summary
     assert never["runs"][0]["time_to_target_s"] is None
     assert RunRecord.read(two_runs["fresh"]).target_accuracy == 0.2  # the run itself is unchanged
-
-
-def _record(name: str, target: float | None, accuracies: list[float], **fields) -> RunRecord:
-    """A run record with one epoch per accuracy, 10 s each."""
-    rec = RunRecord(
-        name=name,
-        schedule=fields.pop("schedule", name),
-        model=fields.pop("model", "SmallCNN"),
-        epochs_planned=fields.pop("epochs_planned", len(accuracies) or 2),
-        target_accuracy=target,
-        world_size=1,
-        device=fields.pop("device", "cpu"),
-        switch_rule={},
-        status=fields.pop("status", "completed"),
-        extra=fields.pop("extra", {"batch_size": 64, "lr": 0.05, "variants": None}),
-    )
-    for i, acc in enumerate(accuracies):
-        t = 10.0 * (i + 1)
-        rec.add_epoch(
-            EpochRecord(i, "fresh", 1, 64, t, 1, 1, 0, 0, t, 0.5, 6.4, 1.0, acc, 1.0, acc, 0.05, t)
-        )
-    return rec
 
 
 def test_compare_shows_a_run_without_finished_epochs(tmp_path: Path) -> None:
