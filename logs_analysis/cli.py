@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
+from placement.openmp import prefer_passive_wait
 
 __all__ = ["parse_budgets", "report_command"]
 
@@ -108,6 +109,7 @@ def report_command(
     logs (plain, compressed or rolling eventlog_v2_* directories) and Darshan logs, in
     any mix. Malformed lines are counted and shown in the report, never fatal.
     """
+    prefer_passive_wait()  # before LightGBM loads OpenMP (see placement.openmp)
     from logs_analysis.errors import AnalysisError
     from logs_analysis.report import ReportConfig, build_report
     from placement.errors import PlacementError

@@ -60,6 +60,9 @@ class _PlacementGroup(click.Group):
 def placement_group() -> None:
     """Learned SSD/HDD placement of intermediate files: collect I/O logs, train, evaluate,
     simulate."""
+    from placement.openmp import prefer_passive_wait
+
+    prefer_passive_wait()  # before LightGBM loads OpenMP (see placement.openmp)
 
 
 def _csv(value: str | None) -> list[str] | None:
