@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import sys
 from pathlib import Path
 
 import click
@@ -70,6 +71,17 @@ def _csv(value: str | None) -> list[str] | None:
         return None
     items = [v.strip() for v in value.split(",") if v.strip()]
     return items or None
+
+
+def _drop_all(record: logging.LogRecord) -> bool:
+    """A logging filter that lets no record through."""
+    return False
+
+
+def _echo_notes(exc: BaseException) -> None:
+    """Print the notes of ``exc`` (where a stopped collection kept its runs) to stderr."""
+    for note in getattr(exc, "__notes__", []):
+        click.echo(note, err=True)
 
 
 @placement_group.command("collect")
@@ -137,7 +149,8 @@ def collect_command(
     Every spill, P2P shuffle, rechunk and cache-shard file the runs create is counted
     and logged (one row per file). Prints the summary as JSON.
     """
-    from placement.collect import CollectOptions, collect
+    from placement.collect import KEPT_PARTS_LOGGER, CollectOptions, collect
+    from placement.errors import PlacementError
     from placement.tier import Tier
     from placement.workloads import SIZES, WORKLOADS, WorkloadError
 
@@ -172,13 +185,27 @@ def collect_command(
         raise click.UsageError(str(exc)) from exc
     # P2P logs a warning for every shuffle it starts; the suite starts hundreds
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
+    # the note saying where a stopped collection's finished runs are is printed here, once:
+    # collect also logs it, for callers that do not print it
+    kept_parts = logging.getLogger(KEPT_PARTS_LOGGER)
+    kept_parts.addFilter(_drop_all)
     try:
         summary = collect(out_dir, options, progress=not no_progress)
     except KeyboardInterrupt as exc:
         # click's "Aborted!" would drop the note saying where the finished runs' logs are
-        for note in getattr(exc, "__notes__", []):
-            click.echo(note, err=True)
+        _echo_notes(exc)
         raise click.Abort() from None
+    except SystemExit as exc:  # SIGTERM stops a collection so
+        _echo_notes(exc)
+        raise
+    except PlacementError as exc:
+        raise click.ClickException("\n".join([str(exc), *getattr(exc, "__notes__", [])])) from None
+    except Exception as exc:  # a bug: its traceback, which shows the note (from Python 3.11)
+        if sys.version_info < (3, 11):
+            _echo_notes(exc)
+        raise
+    finally:
+        kept_parts.removeFilter(_drop_all)
     brief = {
         "out_dir": str(out_dir),
         "rows": summary["total"]["rows"],

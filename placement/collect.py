@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from placement.errors import PlacementError
 from placement.graph_facts import GraphFacts, StageKeys, graph_facts
-from placement.logwriter import read_logs
+from placement.logwriter import PARTS_PREFIX, read_logs
 from placement.storage.config import spill_heavy_settings
 from placement.tier import Tier
 from placement.workloads import (
@@ -60,6 +60,10 @@ from placement.workloads import (
 )
 
 logger = logging.getLogger(__name__)
+#: Where the warning naming a stopped collection's kept ``.parts-*`` directory goes (the same
+#: text is a note on the exception): a caller that prints the note itself, as ``dataplane
+#: placement collect`` does, silences this logger so that the user reads it once.
+KEPT_PARTS_LOGGER = f"{__name__}.kept"
 
 LOG_FILE = "io_log.parquet"
 SUMMARY_FILE = "summary.json"
@@ -343,7 +347,7 @@ def collect(
     options = options or CollectOptions()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    parts_dir = out / f".parts-{uuid.uuid4().hex[:8]}"
+    parts_dir = out / f"{PARTS_PREFIX}{uuid.uuid4().hex[:8]}"
     results: list[RunResult] = []
     with _sigterm_raises():
         scratch = Path(tempfile.mkdtemp(prefix="placement-collect-", dir=options.scratch_dir))
@@ -538,10 +542,12 @@ def _note_kept_parts(exc: BaseException, parts_dir: Path, results: Sequence[RunR
             f"run: {dict(moved)}) are set apart in {parts_dir / INCOMPLETE_DIR}, which those "
             "readers skip too"
         )
-    add_note = getattr(exc, "add_note", None)  # Python >= 3.11; 3.10 gets the warning alone
+    add_note = getattr(exc, "add_note", None)  # Python >= 3.11
     if add_note is not None:
         add_note(note)
-    logger.warning("collection stopped: %s", note)
+    else:  # what add_note does; Python 3.10 does not print it, callers that look do
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+    logging.getLogger(KEPT_PARTS_LOGGER).warning("collection stopped: %s", note)
 
 
 @contextlib.contextmanager

@@ -95,6 +95,7 @@ __all__ = [
     "GB",
     "SECONDS_PER_MONTH",
     "CostModel",
+    "budget_share",
     "budgets_from_percents",
     "budgets_to_percents",
     "focus_budget_index",
@@ -131,21 +132,42 @@ def budgets_from_percents(text: str) -> tuple[float, ...]:
         (A :class:`ValueError`.) If an item is not a number in (0, 100], or there is none.
     """
     hint = f"give percents like {budgets_to_percents(DEFAULT_BUDGETS)}"
-    out = []
-    for item in text.split(","):
-        item = item.strip().rstrip("%")
-        if not item:
-            continue
-        try:
-            value = float(item)
-        except ValueError:
-            raise PlacementConfigError(f"{item!r} is not a number; {hint}") from None
-        if not 0 < value <= 100:
-            raise PlacementConfigError(f"{value:g}% is not in (0, 100]; {hint}")
-        out.append(value / 100.0)
+    items = [item.strip().rstrip("%") for item in text.split(",")]
+    out = [budget_share(item, hint=hint) for item in items if item]
     if not out:
         raise PlacementConfigError(f"no budget given; {hint}")
     return tuple(out)
+
+
+def budget_share(text: str, *, hint: str = "give a percent such as 5") -> float:
+    """One SSD budget given as a percent of peak live bytes, ``"5"`` or ``"5%"``, as a
+    share of them (``0.05``).
+
+    Parameters
+    ----------
+    text : str
+        A number in (0, 100], percent, with or without a ``%`` sign.
+    hint : str
+        How to fix a bad ``text``, appended to the error message.
+
+    Returns
+    -------
+    float
+        The budget as a share of peak live bytes, in (0, 1].
+
+    Raises
+    ------
+    PlacementConfigError
+        (A :class:`ValueError`.) If ``text`` is not a number or is not in (0, 100].
+    """
+    item = text.strip().rstrip("%").strip()
+    try:
+        value = float(item)
+    except ValueError:
+        raise PlacementConfigError(f"{item!r} is not a number; {hint}") from None
+    if not 0 < value <= 100:
+        raise PlacementConfigError(f"{value:g}% is not in (0, 100]; {hint}")
+    return value / 100.0
 
 
 def budgets_to_percents(budgets: tuple[float, ...]) -> str:

@@ -36,6 +36,9 @@ from placement.schema import SCHEMA, conform
 logger = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".parquet"
+#: Name prefix of the hidden directory a collection writes its runs' logs to while it runs
+#: (kept, with the finished runs' logs, when it is interrupted: :func:`placement.collect.collect`)
+PARTS_PREFIX = ".parts-"
 
 
 class LogWriteError(PlacementError, OSError):
@@ -317,6 +320,28 @@ def log_files(path: str | os.PathLike[str]) -> list[Path]:
         for f in p.rglob(f"*{LOG_SUFFIX}")
         if not any(part.startswith(".") for part in f.relative_to(p).parts)
     )
+
+
+def kept_parts_dirs(path: str | os.PathLike[str]) -> list[Path]:
+    """The hidden ``.parts-*`` directories below directory ``path`` that hold log files: the
+    logs an interrupted collection kept, which :func:`log_files` of ``path`` skips.
+
+    Returns
+    -------
+    list of Path
+        Sorted; empty if ``path`` is not a directory or holds none.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return []
+    found = []
+    for d in sorted(p.rglob(f"{PARTS_PREFIX}*")):
+        try:
+            if d.is_dir() and log_files(d):
+                found.append(d)
+        except OSError:  # removed or unreadable while looking: not one to point at
+            continue
+    return found
 
 
 def read_logs(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> LogSet:

@@ -619,6 +619,27 @@ def check_min_rows(n: Any) -> int:
     return n
 
 
+def _load_one_model(path: Path) -> DensityModel:
+    """The model at ``path``: a model set's global model (``models.json``, what ``dataplane
+    placement train`` writes) or a single model directory (``model.json``, ``model.txt``)."""
+    directory = path.parent if path.name in (MODEL_FILE, META_FILE, SET_FILE) else path
+    if (directory / SET_FILE).is_file():
+        return ModelSet.load(directory).global_model
+    if (directory / META_FILE).is_file() or (directory / MODEL_FILE).is_file():
+        return DensityModel.load(directory)
+    if not directory.exists():
+        what = "does not exist"
+    elif not directory.is_dir():
+        what = "is not a directory"
+    else:
+        what = "holds no model"
+    raise ModelError(
+        f"{directory} {what}; give a model set directory (with {SET_FILE}, as `dataplane "
+        f"placement train LOGS... --out DIR` writes it; its global model is used) or a single "
+        f"model directory (with {META_FILE} and {MODEL_FILE}, as DensityModel.save writes it)"
+    )
+
+
 class ModelSet:
     """Per-workload density models with a global fallback.
 
@@ -728,9 +749,25 @@ class ModelSet:
         return cls(global_model, models, combine=combine)
 
     def add(self, pipeline: str, model: DensityModel | str | os.PathLike[str]) -> None:
-        """Use ``model`` (or the model directory at that path) for ``pipeline``."""
+        """Use ``model`` for ``pipeline``.
+
+        Parameters
+        ----------
+        pipeline : str
+            The pipeline name whose files ``model`` will predict for.
+        model : DensityModel or path
+            A model, or a directory holding one: a model set as ``dataplane placement train
+            --out DIR`` (and :meth:`save`) writes it (``models.json``), whose global model
+            is taken; or a single model as :meth:`DensityModel.save` writes it
+            (``model.json`` and ``model.txt``).
+
+        Raises
+        ------
+        ModelError
+            If the path holds neither layout, or the model in it does not load.
+        """
         if not isinstance(model, DensityModel):
-            model = DensityModel.load(model)
+            model = _load_one_model(Path(model))
         self.per_pipeline[str(pipeline)] = model
 
     def model_for(self, pipeline: str | None) -> DensityModel:

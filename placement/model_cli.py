@@ -27,8 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
-from placement.errors import ModelError, PlacementError
+from placement.cost import (
+    DEFAULT_BUDGETS,
+    budget_share,
+    budgets_from_percents,
+    budgets_to_percents,
+)
+from placement.errors import ModelError, PlacementConfigError, PlacementError
 from placement.jsonout import dumps, overlap_json
 from placement.text import number_text, text_table
 
@@ -40,6 +45,19 @@ logger = logging.getLogger(__name__)
 _BAD_SHOWN = 5
 
 
+def _kept_parts_hint(kept: Sequence[Path]) -> str:
+    """How to read the logs in ``kept``, the ``.parts-*`` directories interrupted collections
+    kept (hidden, so the directories they are in read as holding none)."""
+    if len(kept) == 1:
+        skip = "its parent skip: give that directory itself"
+    else:
+        skip = "their parents skip: give those directories themselves"
+    return (
+        "the logs of an interrupted `dataplane placement collect` are kept in the hidden "
+        f"{', '.join(str(d) for d in kept)}, which readers of {skip} as LOGS"
+    )
+
+
 def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], RowIssues]:
     """Log rows of ``paths`` (files or directories), a report of what was skipped, and the
     bad rows :func:`placement.features.clean_table` dropped.
@@ -48,9 +66,10 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
     it) is read once; the report counts the repeats in ``files_repeated``.
     """
     from placement.features import clean_table
-    from placement.logwriter import log_files, read_logs
+    from placement.logwriter import kept_parts_dirs, log_files, read_logs
 
     files: list[Path] = []
+    kept: list[Path] = []  # .parts-* directories of interrupted collections, in paths given
     seen: set[str] = set()
     repeated = 0
     bad: list[tuple[str, str]] = []
@@ -61,7 +80,10 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
             bad.append((str(p), f"{type(exc).__name__}: {exc}"))
             continue
         if not found:
-            bad.append((str(p), "no *.parquet log files there"))
+            in_p = kept_parts_dirs(p)
+            kept.extend(in_p)
+            reason = "no *.parquet log files there"
+            bad.append((str(p), f"{reason}; {_kept_parts_hint(in_p)}" if in_p else reason))
         for f in found:
             key = os.path.normcase(str(f.resolve()))
             if key in seen:
@@ -101,6 +123,11 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
     }
     for p, r in bad:
         logger.info("skipped log file %s: %s", p, r)
+    if len(df) == 0 and kept:
+        raise click.ClickException(
+            f"no usable log rows in {list(paths)} ({len(bad)} bad file(s), {issues.n_dropped} "
+            f"bad row(s)): {_kept_parts_hint(kept)}"
+        )
     if len(df) == 0:
         raise click.ClickException(
             f"no usable log rows in {list(paths)} ({len(bad)} bad file(s)"
@@ -431,9 +458,9 @@ def _check_writable(directory: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- simulate
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+#: a size with its unit: ``2GiB``, ``500MB``, ``1.5g``, ``4096B`` (a bare number is a percent)
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)\s*$", re.IGNORECASE)
 _UNITS = {
-    "": 1,
     "b": 1,
     "k": 1e3,
     "kb": 1e3,
@@ -450,29 +477,51 @@ _UNITS = {
 }
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_budget(value: str, peak_bytes: int) -> int:
-    """SSD budget in bytes from ``5%`` (of ``peak_bytes``, in (0, 100]) or a positive size
-    (``2GiB``, ``500MB``, ``1000000``); a budget of 0 is refused, as ``evaluate`` refuses it."""
+    """SSD budget in bytes from a percent of ``peak_bytes`` or a size with a unit.
+
+    Parameters
+    ----------
+    value : str
+        A percent in (0, 100], with or without a ``%`` sign (``5``, ``5%``, ``0.5``), as
+        ``evaluate --budgets`` takes it; or a positive size with its unit (``2GiB``,
+        ``500MB``, ``1000000B``). A budget of 0 is refused, as ``evaluate`` refuses it.
+    peak_bytes : int
+        Peak live bytes of the replayed logs, in bytes: what a percent is a share of.
+
+    Returns
+    -------
+    int
+        The budget, in bytes.
+
+    Raises
+    ------
+    click.BadParameter
+        If ``value`` is neither, or is not positive, or is a percent above 100.
+    """
     v = value.strip()
-    hint = "give a percent such as 5% or a size such as 2GiB"
-    if v.endswith("%"):
+    hint = "give a percent such as 5 or 5%, or a size with its unit such as 2GiB or 1000000B"
+    if _is_number(v.rstrip("%").strip()):
         try:
-            percent = float(v[:-1])
-        except ValueError:
-            raise click.BadParameter(
-                f"{value!r} is not a percentage; {hint}", param_hint="--budget"
-            ) from None
-        if not 0 < percent <= 100:
-            raise click.BadParameter(
-                f"{percent:g}% is not in (0, 100]; {hint}", param_hint="--budget"
-            )
-        return int(percent / 100 * peak_bytes)
+            share = budget_share(v, hint=hint)
+        except PlacementConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--budget") from None
+        return int(share * peak_bytes)
     m = _SIZE.match(v)
-    if not m or (m.group(2) or "").lower() not in _UNITS:
+    if not m or m.group(2).lower() not in _UNITS:
         raise click.BadParameter(
-            f"{value!r} is neither a percentage (5%) nor a size (2GiB)", param_hint="--budget"
+            f"{value!r} is neither a percent (5 or 5%) nor a size with its unit (2GiB)",
+            param_hint="--budget",
         )
-    size = int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+    size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
     if size < 1:
         raise click.BadParameter(
             f"{value!r} is not a positive size (it is {size} bytes); {hint}",
@@ -503,7 +552,8 @@ POLICY_CHOICES = (
     "--budget",
     default="5%",
     show_default=True,
-    help="SSD budget: percent of the logs' peak live bytes, or a size such as 2GiB.",
+    help="SSD budget: percent of the logs' peak live bytes (5 or 5%, as evaluate's "
+    "--budgets), or a size with its unit such as 2GiB, 500MB or 1000000B.",
 )
 @click.option(
     "--policy",

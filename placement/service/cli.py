@@ -7,8 +7,9 @@ pipeline under the service, checks its answer against pandas, prints where the
 pipeline's temporary files went (tier, kind, files, bytes, I/O) and exits.
 
 Directories not given (nor set in Dask config) go below a fresh temporary directory,
-which ``--demo`` removes at the end; without ``--demo`` it is kept, so its I/O logs can
-train the next model.
+removed when the command ends (Ctrl-C included), all of it with ``--demo``; without
+``--demo`` the I/O logs in it (when ``--log-dir`` is not given) are kept, so they can train
+the next model.
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ def split_table(split: Any) -> str:
     help="0: any free port.",
 )
 @click.option(
-    "--dashboard-address", default=None, help="Dashboard address such as :8787 (default: none)."
+    "--dashboard-address",
+    default=None,
+    help="Dashboard address such as :8787 (default: no dashboard, no HTTP server).",
 )
 @click.option(
     "--demo",
@@ -142,10 +145,6 @@ def serve_command(
 ) -> None:
     """Run the placement service on an embedded LocalCluster (or, with --demo, show it at work)."""
     import dask
-    from distributed import Client
-
-    from placement.errors import PlacementError
-    from placement.service.local import ServeOptions, service_cluster, tight_memory
 
     scratch: Path | None = None
 
@@ -158,9 +157,75 @@ def serve_command(
             scratch = Path(tempfile.mkdtemp(prefix="dataplane-serve-"))
         return str(scratch / name)
 
-    ssd = pick(ssd_dir, "placement.ssd-dir", "ssd")
-    hdd = pick(hdd_dir, "placement.hdd-dir", "hdd")
-    logs = pick(log_dir, "placement.log-dir", "logs")
+    try:
+        ssd = pick(ssd_dir, "placement.ssd-dir", "ssd")
+        hdd = pick(hdd_dir, "placement.hdd-dir", "hdd")
+        logs = pick(log_dir, "placement.log-dir", "logs")
+        _serve(
+            ssd,
+            hdd,
+            logs,
+            ssd_capacity=ssd_capacity,
+            model_dir=model_dir,
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker,
+            memory_limit=memory_limit,
+            scheduler_port=scheduler_port,
+            dashboard_address=dashboard_address,
+            local_directory=str(scratch / "dask") if scratch is not None else None,
+            demo=(demo_partitions, demo_rows) if demo else None,
+            as_json=as_json,
+        )
+    finally:
+        if scratch is not None:
+            remove_scratch(scratch, keep=None if demo else Path(logs))
+
+
+def remove_scratch(scratch: Path, keep: Path | None = None) -> None:
+    """Remove the temporary directory ``serve`` made for what was not given (tier, log and
+    Dask directories), keeping ``keep`` (the I/O logs) if it lies inside it.
+
+    Parameters
+    ----------
+    scratch : Path
+        The temporary directory (``dataplane-serve-*``).
+    keep : Path, optional
+        A directory to keep; ``scratch`` then keeps it alone (if it is inside ``scratch``).
+    """
+    if keep is not None and keep.resolve().is_relative_to(scratch.resolve()) and keep.exists():
+        for child in scratch.iterdir():
+            if not keep.resolve().is_relative_to(child.resolve()):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        return
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _serve(
+    ssd: str,
+    hdd: str,
+    logs: str,
+    *,
+    ssd_capacity: str | None,
+    model_dir: str | None,
+    n_workers: int,
+    threads_per_worker: int,
+    memory_limit: str,
+    scheduler_port: int,
+    dashboard_address: str | None,
+    local_directory: str | None,
+    demo: tuple[int, int] | None,
+    as_json: bool,
+) -> None:
+    """Start the cluster with the service and serve until Ctrl-C (or run the demo)."""
+    import dask
+    from distributed import Client
+
+    from placement.errors import PlacementError
+    from placement.service.local import ServeOptions, service_cluster, tight_memory
+
     capacity = (
         ssd_capacity
         or dask.config.get("placement.ssd-capacity", default=None)
@@ -179,7 +244,7 @@ def serve_command(
             memory_limit="768MiB" if demo and memory_limit == "1GiB" else memory_limit,
             scheduler_port=scheduler_port,
             dashboard_address=dashboard_address,
-            local_directory=str(scratch / "dask") if scratch is not None else None,
+            local_directory=local_directory,
             config=tight_memory() if demo else {},
         )
     except PlacementError as exc:
@@ -188,10 +253,12 @@ def serve_command(
     try:
         with service_cluster(options) as cluster, Client(cluster) as client:
             if demo:
-                _demo(client, options, demo_partitions, demo_rows, as_json)
+                _demo(client, options, *demo, as_json)
             else:
                 click.echo(f"placement service on {cluster.scheduler_address}")
                 click.echo(f"  SSD {ssd} (budget {capacity}), HDD {hdd}, logs {logs}")
+                if cluster.dashboard_link:
+                    click.echo(f"  dashboard {cluster.dashboard_link}")
                 click.echo("  connect with distributed.Client(address); Ctrl-C stops it")
                 while True:
                     time.sleep(3600)
@@ -201,9 +268,6 @@ def serve_command(
         )
     except PlacementError as exc:
         raise click.ClickException(str(exc)) from exc
-    finally:
-        if demo and scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _demo(client: Any, options: Any, partitions: int, rows: int, as_json: bool) -> None:

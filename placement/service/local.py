@@ -62,7 +62,8 @@ class ServeOptions:
     scheduler_port : int
         Scheduler port (0: any free port).
     dashboard_address : str, optional
-        Dashboard address (``":8787"``); ``None`` disables it.
+        Dashboard address (``":8787"``); ``None`` (the default) starts no dashboard and no
+        HTTP server on the scheduler.
     link : LinkConfig, optional
         Renewal settings (``placement.service.*`` keys).
     config : mapping
@@ -129,11 +130,29 @@ class ServeOptions:
         return out
 
 
+#: where the scheduler's HTTP server listens, until it is stopped, when no dashboard is wanted:
+#: a free port of the loopback interface (so no clash on 8787 and nothing opened to the network)
+_NO_DASHBOARD_ADDRESS = "127.0.0.1:0"
+
+
+async def _stop_http_server(scheduler: Any) -> None:
+    """Stop the scheduler's HTTP server and drop it from its services (on its event loop)."""
+    server = scheduler.services.pop("dashboard", None)
+    if server is not None:
+        server.stop()
+
+
 @contextlib.contextmanager
 def service_cluster(options: ServeOptions, **cluster_kwargs: Any) -> Iterator[Any]:
     """A multi-process ``LocalCluster`` running the placement service; closed on exit.
 
     ``cluster_kwargs`` go to ``LocalCluster`` (e.g. ``security=``).
+
+    Without ``options.dashboard_address`` (nor a ``dashboard_address`` in ``cluster_kwargs``)
+    the cluster has no dashboard and its scheduler no HTTP server at all:
+    ``distributed`` starts that server, on port 8787 of every interface, even when told
+    ``dashboard_address=None`` (dask/distributed#7207), so it is started on a free loopback
+    port and stopped as soon as the cluster is up; ``cluster.dashboard_link`` is then ``""``.
     """
     from distributed import LocalCluster
 
@@ -148,5 +167,15 @@ def service_cluster(options: ServeOptions, **cluster_kwargs: Any) -> Iterator[An
     if options.local_directory:
         kwargs["local_directory"] = options.local_directory
     kwargs.update(cluster_kwargs)
+    no_dashboard = kwargs["dashboard_address"] is None
+    if no_dashboard:
+        kwargs["scheduler_kwargs"] = {
+            "dashboard": False,
+            "dashboard_address": _NO_DASHBOARD_ADDRESS,
+            **(kwargs.get("scheduler_kwargs") or {}),
+        }
     with dask.config.set(options.dask_config()), LocalCluster(**kwargs) as cluster:
+        if no_dashboard:
+            cluster.sync(_stop_http_server, cluster.scheduler)
+            cluster.scheduler_info.get("services", {}).pop("dashboard", None)
         yield cluster

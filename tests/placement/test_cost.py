@@ -9,6 +9,7 @@ from placement.cost import (
     GB,
     SECONDS_PER_MONTH,
     CostModel,
+    budget_share,
     budgets_from_percents,
     focus_budget_index,
 )
@@ -141,8 +142,20 @@ def test_cost_errors_are_placement_errors() -> None:
         lambda: budgets_from_percents("200"),
         lambda: budgets_from_percents("x"),
         lambda: budgets_from_percents(""),
+        lambda: budget_share("0"),
+        lambda: budget_share("5GiB"),
         lambda: focus_budget_index(()),
     ):
         with pytest.raises(PlacementError) as info:
             make()
         assert isinstance(info.value, ValueError)
+
+
+def test_budget_share_reads_a_percent_with_or_without_its_sign() -> None:
+    for text in ("5", "5%", " 5 % ", "5.0"):
+        assert budget_share(text) == pytest.approx(0.05)
+    assert budgets_from_percents("1, 2%,5") == pytest.approx((0.01, 0.02, 0.05))
+    with pytest.raises(PlacementError, match=r"101% is not in \(0, 100\]; fix it"):
+        budget_share("101", hint="fix it")
+    with pytest.raises(PlacementError, match="'2GiB' is not a number"):
+        budget_share("2GiB")

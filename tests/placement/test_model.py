@@ -209,6 +209,46 @@ def test_model_set_routes_per_pipeline_with_global_fallback(
         ModelSet(models.global_model, combine="best")
 
 
+def test_add_takes_the_global_model_of_a_trained_set_or_a_single_model(
+    tmp_path: Path, log: pd.DataFrame, model: DensityModel
+) -> None:
+    """README's bring-your-own-model: ``add`` takes what ``dataplane placement train --out``
+    writes (a set: its global model), a single model directory, and says which it takes."""
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    from placement.cli import placement_group
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pq.write_table(make_log(seed=5, pipelines=2, runs=2, files_per_stage=10), logs / "a.parquet")
+    res = CliRunner().invoke(
+        placement_group, ["train", str(logs), "--out", str(tmp_path / "my_model"), "--no-progress"]
+    )
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "my_model" / "models.json").is_file()
+    trained = ModelSet.load(tmp_path / "my_model").global_model
+    feats = build_features(log)
+    models = ModelSet(model)
+    models.add("etl", tmp_path / "my_model")
+    np.testing.assert_allclose(models.per_pipeline["etl"].predict(feats), trained.predict(feats))
+    models.save(tmp_path / "set")
+    again = ModelSet.load(tmp_path / "set")
+    np.testing.assert_allclose(again.per_pipeline["etl"].predict(feats), trained.predict(feats))
+    # a single model directory (or its model.json) still works
+    model.save(tmp_path / "single")
+    models.add("other", str(tmp_path / "single" / "model.json"))
+    np.testing.assert_allclose(models.per_pipeline["other"].predict(feats), model.predict(feats))
+    # anything else: the error names both layouts
+    (tmp_path / "empty").mkdir()
+    for bad, what in [("empty", "holds no model"), ("nowhere", "does not exist")]:
+        with pytest.raises(ModelError, match=what) as info:
+            models.add("etl", tmp_path / bad)
+        assert "models.json" in str(info.value) and "placement train" in str(info.value)
+        assert "model.json and model.txt" in str(info.value)
+    assert set(models.per_pipeline) == {"etl", "other"}
+
+
 def test_model_sets_saved_before_combine_keep_using_own_models(
     tmp_path: Path, log: pd.DataFrame
 ) -> None:

@@ -194,6 +194,56 @@ def test_simulate_refuses_a_budget_of_zero(zero_log: Path) -> None:
     assert res.exit_code == 2 and "0% is not in (0, 100]" in res.output
 
 
+def test_simulate_reads_a_bare_budget_as_a_percent_as_evaluate_does(zero_log: Path) -> None:
+    def capacity(budget: str) -> tuple[int, int]:
+        args = ["--policy", "first-fit", "--no-bound", "--no-progress", "--json"]
+        res = _invoke("simulate", str(zero_log), "--budget", budget, *args)
+        assert res.exit_code == 0, (budget, res.output)
+        payload = _strict(res.output)
+        return payload["ssd_capacity_bytes"], payload["peak_live_bytes"]
+
+    cap, peak = capacity("5")
+    assert peak > 1000 and cap == int(0.05 * peak) == capacity("5%")[0] == capacity("5 %")[0]
+    assert capacity("0.5")[0] == int(0.005 * peak)
+    # bytes and sizes keep their units
+    assert capacity("5B")[0] == 5
+    assert capacity("2GiB")[0] == 2 * 2**30
+    assert capacity("500MB")[0] == 500_000_000
+    # a bare number meant as bytes is refused with the way to say bytes
+    res = _invoke("simulate", str(zero_log), "--policy", "first-fit", "--budget", "1000000")
+    assert res.exit_code == 2 and "--budget" in res.output
+    assert "is not in (0, 100]" in res.output and "1000000B" in res.output
+    help_text = " ".join(_invoke("simulate", "--help").output.split())
+    assert "(5 or 5%" in help_text and "1000000B" in help_text
+
+
+def test_a_directory_holding_only_a_kept_collection_names_it(
+    tmp_path: Path, zero_log: Path
+) -> None:
+    """The directory of an interrupted collection holds its runs' logs in a hidden
+    ``.parts-*`` directory, which readers skip: the error names it and says to pass it."""
+    out = tmp_path / "col"
+    parts = out / ".parts-1f6b8639"
+    (parts / ".incomplete").mkdir(parents=True)
+    pq.write_table(pq.read_table(zero_log), parts / "io_log-0.parquet")
+    pq.write_table(pq.read_table(zero_log), parts / ".incomplete" / "io_log-0.parquet")
+    (out / ".parts-empty").mkdir()  # holds no log: not one to point at
+    res = _invoke("train", str(out), "--out", str(tmp_path / "m"), "--no-progress")
+    assert res.exit_code == 1
+    message = " ".join(res.output.split())
+    assert f"kept in the hidden {parts}," in message
+    assert "give that directory itself as LOGS" in message
+    assert ".parts-empty" not in message and ".incomplete" not in message
+    # beside logs that are read, the skipped directory's line names it too
+    res = _invoke("simulate", str(zero_log), str(out), "--policy", "first-fit", "--no-bound")
+    assert res.exit_code == 0, res.output
+    assert f"skipped {out}: no *.parquet log files there; " in res.output
+    assert str(parts) in res.output
+    # and the directory itself is read
+    res = _invoke("train", str(parts), "--out", str(tmp_path / "m"), "--no-progress")
+    assert res.exit_code == 0, res.output
+
+
 def test_evaluate_says_which_outputs_it_replaced(tmp_path: Path, zero_log: Path) -> None:
     res = _invoke("evaluate", str(zero_log), "--out", str(tmp_path), *QUICK, "--no-bound")
     assert res.exit_code == 0, res.output

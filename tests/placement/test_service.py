@@ -975,3 +975,32 @@ def test_infinite_and_missing_predictions_are_placed_as_the_policy_places_them(
     assert answers[0]["tier"] == tier.value
     assert answers[1]["tier"] == "hdd"  # a second 2 MiB file never fits 3 MiB
     assert service.ledger.used() == (2 * MiB if tier is Tier.SSD else 0)
+
+
+def test_serve_refusing_its_options_leaves_no_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from click.testing import CliRunner
+
+    from placement.service.cli import serve_command
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    res = CliRunner().invoke(serve_command, ["--ssd-capacity", "lots", "--log-dir", "x"])
+    assert res.exit_code == 2 and "ssd_capacity='lots'" in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_removes_its_temporary_directory_but_the_logs_in_it(tmp_path: Path) -> None:
+    from placement.service.cli import remove_scratch
+
+    for name in ("ssd", "hdd", "dask", "logs/run"):
+        (tmp_path / "scratch" / name).mkdir(parents=True)
+        (tmp_path / "scratch" / name / "f").write_text("x")
+    remove_scratch(tmp_path / "scratch", keep=tmp_path / "scratch" / "logs")
+    assert [p.name for p in (tmp_path / "scratch").iterdir()] == ["logs"]
+    assert (tmp_path / "scratch" / "logs" / "run" / "f").is_file()
+    (tmp_path / "mylogs").mkdir()
+    remove_scratch(tmp_path / "scratch", keep=tmp_path / "mylogs")  # logs given elsewhere
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mylogs"]

@@ -210,6 +210,30 @@ def restore_sync_handler(dask_scheduler: Any) -> None:
 
 
 # ---------------------------------------------------------------------- tests
+def test_a_service_without_a_dashboard_address_serves_no_dashboard(
+    service: Service, tmp_path: Path
+) -> None:
+    """No dashboard address: no HTTP server on the scheduler (distributed starts one on port
+    8787 even with ``dashboard_address=None``), and the address given starts one."""
+    from distributed import Client
+
+    assert service.options.dashboard_address is None
+    assert "dashboard" not in service.cluster.scheduler.services
+    assert service.cluster.dashboard_link == ""
+    assert service.client.scheduler_info()["services"] == {}
+    options = ServeOptions(
+        ssd_dir=str(tmp_path / "ssd"),
+        hdd_dir=str(tmp_path / "hdd"),
+        ssd_capacity=CAPACITY,
+        n_workers=1,
+        memory_limit=MEMORY_LIMIT,
+        dashboard_address="127.0.0.1:0",
+    )
+    with service_cluster(options) as cluster, Client(cluster) as client:
+        port = client.scheduler_info()["services"]["dashboard"]
+        assert port > 0 and cluster.dashboard_link == f"http://127.0.0.1:{port}/status"
+
+
 def test_pipeline_matches_pandas_and_files_land_on_both_tiers_as_decided(service: Service) -> None:
     client = service.client
     wait_until(
@@ -538,6 +562,40 @@ def test_serve_demo_prints_where_the_files_went() -> None:
     assert kinds == {"spill", "shuffle"} and tiers <= {"ssd", "hdd"} and tiers
     assert not Path(out["ssd_dir"]).exists(), "the demo removes its temporary directories"
     assert np.all([lat["p99"] > 0 for lat in out["decision_latency_us"]])
+
+
+def test_serve_stopped_by_ctrl_c_removes_its_temporary_directory(tmp_path: Path) -> None:
+    """``serve --log-dir DIR``: Ctrl-C (SIGINT to the terminal's process group) leaves the
+    log directory and no ``dataplane-serve-*`` directory (tiers and Dask scratch)."""
+    exe = Path(sys.executable).with_name("dataplane")
+    logs = tmp_path / "mylogs"
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--workers", "1", "--memory-limit", MEMORY_LIMIT,
+         "--log-dir", str(logs)],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        # a shell that ran pytest in the background leaves SIGINT ignored: restore it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "Ctrl-C stops it" in line:
+                break
+        (scratch,) = [p for p in tmp_path.iterdir() if p.name.startswith("dataplane-serve-")]
+        assert (scratch / "ssd").is_dir() or (scratch / "dask").is_dir(), "".join(seen)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert f"stopped; the I/O logs stay in {logs}" in out, out[-3000:]
+    assert not scratch.exists()
+    assert logs.is_dir()
 
 
 def test_dask_scheduler_and_worker_commands_with_the_preload(tmp_path: Path) -> None:

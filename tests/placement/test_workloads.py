@@ -548,6 +548,42 @@ def test_an_interrupted_run_s_rows_are_set_apart_from_the_kept_finished_runs(
 
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("test_workloads")
+def test_cli_collect_interrupted_says_where_the_runs_are_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The note naming the kept ``.parts-*`` directory is printed once, not also logged
+    (the user saw it twice: from the log, then from the command)."""
+    out = tmp_path / "out"
+    args = ["collect", str(out), "--pipelines", "one_shard,one_shard_interrupted"]
+    args += ["--sizes", "tiny", "--seeds", "0", "--workers", "1", "--memory-limit", "512MiB"]
+    res = CliRunner().invoke(
+        placement_group, [*args, "--scratch-dir", str(tmp_path), "--no-progress"]
+    )
+    assert res.exit_code == 1 and "Aborted!" in res.output
+    (parts,) = [p for p in out.iterdir() if p.name.startswith(".parts-")]
+    told = f"kept in {parts};"
+    assert res.output.count(told) == 1, res.output
+    assert told not in caplog.text
+    # a library caller still gets the warning (and the note on the exception)
+    with pytest.raises(KeyboardInterrupt) as info:
+        collect(tmp_path / "lib", _options(tmp_path, "one_shard", "one_shard_interrupted"))
+    assert "collection stopped" in caplog.text and "kept in" in info.value.__notes__[0]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("test_workloads")
+def test_cli_collect_without_rows_says_why_without_a_traceback(tmp_path: Path) -> None:
+    args = ["collect", str(tmp_path / "out"), "--pipelines", "nothing", "--sizes", "tiny"]
+    args += ["--seeds", "0", "--workers", "1", "--memory-limit", "512MiB", "--no-progress"]
+    res = CliRunner().invoke(placement_group, [*args, "--scratch-dir", str(tmp_path)])
+    assert res.exit_code == 1 and res.exception is not None
+    assert isinstance(res.exception, SystemExit), res.exception  # click's error, not a crash
+    assert "Error: the suite produced no log rows" in res.output
+    assert "Lower --target-fraction" in res.output
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("test_workloads")
 def test_sigterm_stops_a_collection_like_an_interrupt(tmp_path: Path) -> None:
     import os
     import signal
