@@ -12,8 +12,9 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -35,12 +36,52 @@ class FiniteFloatRange(click.FloatRange):
         return rv
 
 
-#: ``--on-corrupt``, shared by ``train`` and ``doctor`` (the meaning of ``dataplane iterate``'s).
-_ON_CORRUPT_HELP = (
-    "What the dataplane loaders do with a corrupt image: stop with an error naming it, or skip "
-    "and count it (a warning names the skipped files when the epoch ends). The torch loader "
-    "always stops."
-)
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def _fmnist_ingest_options(command: _Command) -> _Command:
+    """``--data-root``, ``--jpeg``, ``--size`` and ``--limit``, shared by ``train`` and
+    ``doctor`` so that doctor measures the ingest train reads."""
+    options = (
+        click.option(
+            "--data-root",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=Path("data"),
+            show_default=True,
+            help="Where --data fmnist is ingested.",
+        ),
+        click.option("--jpeg", is_flag=True, help="--data fmnist: re-encode as JPEG at ingest."),
+        click.option(
+            "--size",
+            type=click.IntRange(min=8),
+            default=None,
+            help="Side of the loaders' output in pixels; --data fmnist: also the side of the "
+            "ingested images.",
+        ),
+        click.option(
+            "--limit",
+            type=click.IntRange(min=1),
+            default=None,
+            help="--data fmnist: ingest only the first N images of each split.",
+        ),
+    )
+    for option in reversed(options):  # listed in --help in this order
+        command = option(command)
+    return command
+
+
+def _on_corrupt_option(more_help: str = "") -> Callable[[_Command], _Command]:
+    """``--on-corrupt``, shared by ``train`` and ``doctor`` (the meaning of ``dataplane
+    iterate``'s)."""
+    return click.option(
+        "--on-corrupt",
+        type=click.Choice(["raise", "skip"]),
+        default="raise",
+        show_default=True,
+        help="What the dataplane loaders do with a corrupt image: stop with an error naming it, "
+        "or skip and count it (a warning names the skipped files when the epoch ends). The "
+        "torch loader always stops." + more_help,
+    )
 
 
 def _dataplane_error(exc: Exception) -> click.ClickException:
@@ -194,39 +235,14 @@ def _init_distributed(device: str | None) -> bool:
 )
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint if there is one.")
 @click.option("--stop-at-target", is_flag=True, help="Stop once --target-accuracy is reached.")
-@click.option(
-    "--data-root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("data"),
-    show_default=True,
-    help="Where --data fmnist is ingested.",
-)
-@click.option("--jpeg", is_flag=True, help="--data fmnist: re-encode as JPEG at ingest.")
-@click.option(
-    "--size",
-    type=click.IntRange(min=8),
-    default=None,
-    help="--data fmnist: side of the ingested images; also the loaders' output side.",
-)
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="--data fmnist: ingest only the first N images of each split.",
-)
+@_fmnist_ingest_options
 @click.option(
     "--workers",
     type=click.IntRange(min=0),
     default=None,
     help="torch: DataLoader worker processes [default: cores].",
 )
-@click.option(
-    "--on-corrupt",
-    type=click.Choice(["raise", "skip"]),
-    default="raise",
-    show_default=True,
-    help=_ON_CORRUPT_HELP + " Applies to the training and validation loaders.",
-)
+@_on_corrupt_option(" Applies to the training and validation loaders.")
 @click.option("--progress/--no-progress", default=True, help="A progress bar per epoch.")
 def train_command(
     data: str,
@@ -454,19 +470,6 @@ def compare_command(
     help="Timed batches of each stage (well above the loader's prefetch depth).",
 )
 @click.option("--warmup", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option(
-    "--size",
-    type=click.IntRange(min=8),
-    default=None,
-    help="Output side in pixels; --data fmnist: also the side of the ingested images (as train).",
-)
-@click.option("--jpeg", is_flag=True, help="--data fmnist: re-encode as JPEG at ingest (as train).")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="--data fmnist: ingest only the first N images of each split (as train).",
-)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None)
 @click.option(
     "--loader",
@@ -505,20 +508,8 @@ def compare_command(
     show_default=True,
     help="Cost of a cached batch over a fresh one (0: free, the ceiling).",
 )
-@click.option(
-    "--data-root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("data"),
-    show_default=True,
-    help="Where --data fmnist is ingested (as train).",
-)
-@click.option(
-    "--on-corrupt",
-    type=click.Choice(["raise", "skip"]),
-    default="raise",
-    show_default=True,
-    help=_ON_CORRUPT_HELP,
-)
+@_fmnist_ingest_options
+@_on_corrupt_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 def doctor_command(
     data: str,
