@@ -21,6 +21,11 @@ class DatasetError(DataplaneError):
     """A dataset is missing, empty or malformed (for example, labels out of range)."""
 
 
+class IngestConflictError(DatasetError):
+    """``dataplane ingest`` found another ingest (other settings, or an interrupted run)
+    where it would write, and ``overwrite`` was not given."""
+
+
 class DatasetRootError(DatasetError):
     """A dataset *root* (``train/``, ``test/`` ... beside each other, or the output of
     ``dataplane ingest``) was given where one split was expected.

@@ -29,7 +29,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dataplane.errors import DataplaneError, DatasetError
+from dataplane.errors import DataplaneError, DatasetError, IngestConflictError
 from dataplane.idx import FASHION_MNIST_CLASSES, read_idx
 from dataplane.sources import INGEST_MANIFEST
 
@@ -188,8 +188,9 @@ def ingest_fmnist(
     Raises
     ------
     DatasetError
-        If the IDX files are missing, or ``out`` holds other output and
-        ``overwrite`` is false.
+        If the IDX files are missing.
+    IngestConflictError
+        If ``out`` holds other output and ``overwrite`` is false.
     """
     if fmt not in ("folder", "parquet"):
         raise DatasetError(f"unknown format {fmt!r}; use 'folder' or 'parquet'")
@@ -212,7 +213,7 @@ def ingest_fmnist(
             return IngestResult(out=out, counts=dict(previous.get("counts", {})), skipped=True)
     existing = [t for t in [*targets, manifest_path] if t.exists()]
     if existing and not overwrite:
-        raise DatasetError(
+        raise IngestConflictError(
             f"{out} already holds {', '.join(p.name for p in existing)} written with other "
             "settings (or an interrupted run); pass --overwrite to replace them, or choose "
             "another output folder"

@@ -108,7 +108,7 @@ def resolve_dataset(
         settings (the message says how to use it as it is or replace it).
     """
     if str(data) == "fmnist":
-        from dataplane.errors import DatasetError
+        from dataplane.errors import IngestConflictError
         from dataplane.ingest import ingest_fmnist
 
         name = "fmnist" + (f"-jpeg{size or 28}" if jpeg else (f"-{size}" if size else ""))
@@ -116,9 +116,7 @@ def resolve_dataset(
         out = Path(data_root) / name
         try:
             ingest_fmnist(out, fmt="folder", jpeg=jpeg, size=size, limit=limit, progress=progress)
-        except DatasetError as exc:
-            if "--overwrite" not in str(exc):  # not the "other settings" refusal
-                raise
+        except IngestConflictError as exc:
             raise TrainerDataError(_other_ingest_message(out, jpeg, size, limit)) from exc
         logger.info("validating on %s (Fashion-MNIST's test split)", out / "test")
         return DatasetSplits(out / "train", out / "test")
