@@ -173,39 +173,35 @@ def clear_command(path: Path, yes: bool, as_json: bool) -> None:
     A cache whose metadata is unreadable loses its metadata too; the next run
     writes it again.
     """
+    unreadable: UnreadableMetaError | None = None
     try:
-        store = CacheStore.open_existing(path)
+        store: CacheStore | None = CacheStore.open_existing(path)
     except UnreadableMetaError as exc:
-        if not yes:
-            click.confirm(
-                f"{exc}\ndelete all records and the metadata of the cache at {path}?", abort=True
-            )
-        try:
-            deleted = reset_cache(path)
-        except CacheError as err:
-            raise click.ClickException(str(err)) from err
-        _emit(
-            as_json,
-            {"path": str(path), "deleted": deleted, "metadata_deleted": True},
-            f"cleared {path}: {deleted} records and the unreadable metadata deleted (the next "
-            "run writes new metadata)",
-        )
-        return
+        store, unreadable = None, exc
     except CacheError as exc:
         raise click.ClickException(str(exc)) from exc
-    with store:
-        count = store.count()
-        if not yes:
-            click.confirm(f"delete all {count} records of the cache at {path}?", abort=True)
-        try:
-            deleted = store.clear()
-        except CacheError as exc:
-            raise click.ClickException(str(exc)) from exc
+    try:
+        if store is None:
+            if not yes:
+                click.confirm(
+                    f"{unreadable}\ndelete all records and the metadata of the cache at {path}?",
+                    abort=True,
+                )
+            deleted = reset_cache(path)
+            what = "and the unreadable metadata deleted (the next run writes new metadata)"
+        else:
+            with store:
+                count = store.count()
+                if not yes:
+                    click.confirm(f"delete all {count} records of the cache at {path}?", abort=True)
+                deleted = store.clear()
+            what = "deleted (the file keeps its size; delete the directory to free the disk space)"
+    except CacheError as exc:
+        raise click.ClickException(str(exc)) from exc
     _emit(
         as_json,
-        {"path": str(path), "deleted": deleted, "metadata_deleted": False},
-        f"cleared {path}: {deleted} records deleted (the file keeps its size; delete the "
-        "directory to free the disk space)",
+        {"path": str(path), "deleted": deleted, "metadata_deleted": store is None},
+        f"cleared {path}: {deleted} records {what}",
     )
 
 
