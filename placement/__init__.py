@@ -26,6 +26,9 @@ Modules, in the order data flows through them:
   :mod:`placement.text`); :mod:`placement.measure` times a decision and sizes the model.
 * :mod:`placement.storage` (worker side) and :mod:`placement.service` (scheduler side):
   the placement running on a Dask cluster, loaded by ``--preload placement.dask``.
+* :mod:`placement.local_cluster`: the ``LocalCluster`` of ``collect`` and ``dataplane serve``
+  (no HTTP server unless asked for); :mod:`placement.signals`: SIGTERM stops a command as
+  Ctrl-C does.
 
 The names below are imported from their modules on first use (:pep:`562`), so that
 ``import placement`` stays cheap for the Dask preload and for :mod:`logs_analysis`, which

@@ -23,7 +23,7 @@ per pipeline, and the rows left out per run).
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 import logging
 import math
@@ -31,11 +31,10 @@ import os
 import shutil
 import signal
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,9 @@ import pyarrow.compute as pc
 
 from placement.errors import PlacementError
 from placement.graph_facts import GraphFacts, StageKeys, graph_facts
+from placement.local_cluster import local_cluster
 from placement.logwriter import PARTS_PREFIX, read_logs
+from placement.signals import sigterm_raises
 from placement.storage.config import spill_heavy_settings
 from placement.tier import Tier
 from placement.workloads import (
@@ -349,7 +350,7 @@ def collect(
     out.mkdir(parents=True, exist_ok=True)
     parts_dir = out / f"{PARTS_PREFIX}{uuid.uuid4().hex[:8]}"
     results: list[RunResult] = []
-    with _sigterm_raises():
+    with sigterm_raises(functools.partial(SystemExit, 128 + signal.SIGTERM)):
         scratch = Path(tempfile.mkdtemp(prefix="placement-collect-", dir=options.scratch_dir))
         try:
             return _collect(out, options, parts_dir, scratch, results, progress, on_run)
@@ -372,7 +373,7 @@ def _collect(
     """The body of :func:`collect`; appends each finished run to ``results``."""
     import dask
     import pyarrow.parquet as pq
-    from distributed import Client, LocalCluster
+    from distributed import Client
     from tqdm.auto import tqdm
 
     from placement.storage import (
@@ -393,7 +394,7 @@ def _collect(
     }
     with (
         dask.config.set(dask_settings(options.target_fraction)),
-        LocalCluster(
+        local_cluster(
             n_workers=options.n_workers,
             threads_per_worker=1,
             processes=True,
@@ -548,26 +549,6 @@ def _note_kept_parts(exc: BaseException, parts_dir: Path, results: Sequence[RunR
     else:  # what add_note does; Python 3.10 does not print it, callers that look do
         exc.__notes__ = [*getattr(exc, "__notes__", []), note]
     logging.getLogger(KEPT_PARTS_LOGGER).warning("collection stopped: %s", note)
-
-
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """While the block runs, SIGTERM raises ``SystemExit(143)`` (as Ctrl-C raises
-    :class:`KeyboardInterrupt`), so a collection stopped by ``kill`` or a batch scheduler
-    removes its scratch directory and keeps its finished runs. Only in the main thread
-    (where Python runs signal handlers); the previous handler is restored after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminate(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _spread(values: np.ndarray) -> dict[str, float | None]:

@@ -7,9 +7,15 @@ pipeline under the service, checks its answer against pandas, prints where the
 pipeline's temporary files went (tier, kind, files, bytes, I/O) and exits.
 
 Directories not given (nor set in Dask config) go below a fresh temporary directory,
-removed when the command ends (Ctrl-C included), all of it with ``--demo``; without
-``--demo`` the I/O logs in it (when ``--log-dir`` is not given) are kept, so they can train
-the next model.
+removed when the command ends (Ctrl-C and SIGTERM included), all of it with ``--demo``;
+without ``--demo`` the I/O logs in it (when ``--log-dir`` is not given) are kept, so they can
+train the next model.
+
+SIGTERM (``kill``, a batch scheduler, a container runtime) stops the command as Ctrl-C does
+(:func:`placement.signals.sigterm_raises`): the cluster is closed, the temporary directory
+removed, and the exit status is 0, as after Ctrl-C: a stop is how a service ends (``dask
+scheduler`` and ``dask worker`` also exit with 0 on SIGINT and SIGTERM). The worker
+processes ignore Ctrl-C (:mod:`placement.local_cluster`): this process closes them.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 
 import click
 
+from placement.signals import sigterm_raises
 from placement.text import text_table
 
 
@@ -143,10 +150,15 @@ def serve_command(
     demo_rows: int,
     as_json: bool,
 ) -> None:
-    """Run the placement service on an embedded LocalCluster (or, with --demo, show it at work)."""
+    """Run the placement service on an embedded LocalCluster (or, with --demo, show it at work).
+
+    Ctrl-C or SIGTERM stops it: the cluster is closed, the temporary directory is removed
+    (without --demo, the I/O logs in it are kept) and the exit status is 0.
+    """
     import dask
 
     scratch: Path | None = None
+    logs: str | None = None  # None: stopped before the log directory was picked
 
     def pick(given: str | None, key: str, name: str) -> str:
         nonlocal scratch
@@ -157,28 +169,30 @@ def serve_command(
             scratch = Path(tempfile.mkdtemp(prefix="dataplane-serve-"))
         return str(scratch / name)
 
-    try:
-        ssd = pick(ssd_dir, "placement.ssd-dir", "ssd")
-        hdd = pick(hdd_dir, "placement.hdd-dir", "hdd")
-        logs = pick(log_dir, "placement.log-dir", "logs")
-        _serve(
-            ssd,
-            hdd,
-            logs,
-            ssd_capacity=ssd_capacity,
-            model_dir=model_dir,
-            n_workers=n_workers,
-            threads_per_worker=threads_per_worker,
-            memory_limit=memory_limit,
-            scheduler_port=scheduler_port,
-            dashboard_address=dashboard_address,
-            local_directory=str(scratch / "dask") if scratch is not None else None,
-            demo=(demo_partitions, demo_rows) if demo else None,
-            as_json=as_json,
-        )
-    finally:
-        if scratch is not None:
-            remove_scratch(scratch, keep=None if demo else Path(logs))
+    # SIGTERM takes Ctrl-C's way out: the cluster closed, the scratch directory removed
+    with sigterm_raises(KeyboardInterrupt):
+        try:
+            ssd = pick(ssd_dir, "placement.ssd-dir", "ssd")
+            hdd = pick(hdd_dir, "placement.hdd-dir", "hdd")
+            logs = pick(log_dir, "placement.log-dir", "logs")
+            _serve(
+                ssd,
+                hdd,
+                logs,
+                ssd_capacity=ssd_capacity,
+                model_dir=model_dir,
+                n_workers=n_workers,
+                threads_per_worker=threads_per_worker,
+                memory_limit=memory_limit,
+                scheduler_port=scheduler_port,
+                dashboard_address=dashboard_address,
+                local_directory=str(scratch / "dask") if scratch is not None else None,
+                demo=(demo_partitions, demo_rows) if demo else None,
+                as_json=as_json,
+            )
+        finally:
+            if scratch is not None:
+                remove_scratch(scratch, keep=None if demo or logs is None else Path(logs))
 
 
 def remove_scratch(scratch: Path, keep: Path | None = None) -> None:

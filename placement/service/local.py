@@ -18,6 +18,7 @@ from typing import Any
 import dask
 from dask.utils import parse_bytes
 
+from placement.local_cluster import WORKER_PRELOAD_KEY, local_cluster
 from placement.service.config import MODEL_KEY, SSD_CAPACITY_KEY, LinkConfig
 from placement.service.errors import ServiceConfigError
 from placement.storage.config import (
@@ -29,7 +30,6 @@ from placement.storage.config import (
 
 PRELOAD = "placement.dask"
 SCHEDULER_PRELOAD_KEY = "distributed.scheduler.preload"
-WORKER_PRELOAD_KEY = "distributed.worker.preload"
 
 
 def tight_memory(target_fraction: float = 0.02) -> dict[str, Any]:
@@ -130,32 +130,17 @@ class ServeOptions:
         return out
 
 
-#: where the scheduler's HTTP server listens, until it is stopped, when no dashboard is wanted:
-#: a free port of the loopback interface (so no clash on 8787 and nothing opened to the network)
-_NO_DASHBOARD_ADDRESS = "127.0.0.1:0"
-
-
-async def _stop_http_server(scheduler: Any) -> None:
-    """Stop the scheduler's HTTP server and drop it from its services (on its event loop)."""
-    server = scheduler.services.pop("dashboard", None)
-    if server is not None:
-        server.stop()
-
-
 @contextlib.contextmanager
 def service_cluster(options: ServeOptions, **cluster_kwargs: Any) -> Iterator[Any]:
     """A multi-process ``LocalCluster`` running the placement service; closed on exit.
 
     ``cluster_kwargs`` go to ``LocalCluster`` (e.g. ``security=``).
 
-    Without ``options.dashboard_address`` (nor a ``dashboard_address`` in ``cluster_kwargs``)
-    the cluster has no dashboard and its scheduler no HTTP server at all:
-    ``distributed`` starts that server, on port 8787 of every interface, even when told
-    ``dashboard_address=None`` (dask/distributed#7207), so it is started on a free loopback
-    port and stopped as soon as the cluster is up; ``cluster.dashboard_link`` is then ``""``.
+    The cluster is a :func:`placement.local_cluster.local_cluster`: without
+    ``options.dashboard_address`` (nor a ``dashboard_address`` in ``cluster_kwargs``) it has no
+    dashboard and its scheduler no HTTP server at all (``cluster.dashboard_link`` is ``""``),
+    and its worker processes ignore SIGINT, so Ctrl-C stops the cluster from this process.
     """
-    from distributed import LocalCluster
-
     kwargs: dict[str, Any] = {
         "n_workers": options.n_workers,
         "threads_per_worker": options.threads_per_worker,
@@ -167,15 +152,5 @@ def service_cluster(options: ServeOptions, **cluster_kwargs: Any) -> Iterator[An
     if options.local_directory:
         kwargs["local_directory"] = options.local_directory
     kwargs.update(cluster_kwargs)
-    no_dashboard = kwargs["dashboard_address"] is None
-    if no_dashboard:
-        kwargs["scheduler_kwargs"] = {
-            "dashboard": False,
-            "dashboard_address": _NO_DASHBOARD_ADDRESS,
-            **(kwargs.get("scheduler_kwargs") or {}),
-        }
-    with dask.config.set(options.dask_config()), LocalCluster(**kwargs) as cluster:
-        if no_dashboard:
-            cluster.sync(_stop_http_server, cluster.scheduler)
-            cluster.scheduler_info.get("services", {}).pop("dashboard", None)
+    with dask.config.set(options.dask_config()), local_cluster(**kwargs) as cluster:
         yield cluster

@@ -5,6 +5,7 @@ a worker killed mid-write, unsafe names, TLS; and retraining from its own logs."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -564,11 +565,12 @@ def test_serve_demo_prints_where_the_files_went() -> None:
     assert np.all([lat["p99"] > 0 for lat in out["decision_latency_us"]])
 
 
-def test_serve_stopped_by_ctrl_c_removes_its_temporary_directory(tmp_path: Path) -> None:
-    """``serve --log-dir DIR``: Ctrl-C (SIGINT to the terminal's process group) leaves the
-    log directory and no ``dataplane-serve-*`` directory (tiers and Dask scratch)."""
+@contextlib.contextmanager
+def running_serve(tmp_path: Path, logs: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """``dataplane serve --log-dir LOGS`` in its own process group (as a terminal's foreground
+    job), up and serving, with its temporary directory below ``tmp_path``; killed if still
+    running when the block ends."""
     exe = Path(sys.executable).with_name("dataplane")
-    logs = tmp_path / "mylogs"
     proc = subprocess.Popen(
         [str(exe), "serve", "--workers", "1", "--memory-limit", MEMORY_LIMIT,
          "--log-dir", str(logs)],
@@ -587,15 +589,44 @@ def test_serve_stopped_by_ctrl_c_removes_its_temporary_directory(tmp_path: Path)
                 break
         (scratch,) = [p for p in tmp_path.iterdir() if p.name.startswith("dataplane-serve-")]
         assert (scratch / "ssd").is_dir() or (scratch / "dask").is_dir(), "".join(seen)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=90)
+        yield proc, scratch
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_serve_stopped_by_ctrl_c_removes_its_temporary_directory_without_tracebacks(
+    tmp_path: Path,
+) -> None:
+    """``serve --log-dir DIR``: Ctrl-C (SIGINT to the terminal's process group, the worker
+    processes included) leaves the log directory and no ``dataplane-serve-*`` directory (tiers
+    and Dask scratch), and no traceback: the worker processes leave the interrupt to serve,
+    which closes them (they used to die of it, each printing a traceback, and their nanny
+    logged the loss)."""
+    logs = tmp_path / "mylogs"
+    with running_serve(tmp_path, logs) as (proc, scratch):
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=90)
     assert f"stopped; the I/O logs stay in {logs}" in out, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert proc.returncode == 0
     assert not scratch.exists()
     assert logs.is_dir()
+
+
+def test_serve_stopped_by_sigterm_cleans_up_as_after_ctrl_c(tmp_path: Path) -> None:
+    """``kill <pid>`` (SIGTERM to serve alone) stops serve as Ctrl-C does: cluster closed,
+    ``dataplane-serve-*`` directory removed, log directory kept, exit status 0."""
+    logs = tmp_path / "mylogs"
+    with running_serve(tmp_path, logs) as (proc, scratch):
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=90)
+    assert not scratch.exists(), (proc.returncode, out[-3000:])
+    assert logs.is_dir()
+    assert proc.returncode == 0, (proc.returncode, out[-3000:])
+    assert f"stopped; the I/O logs stay in {logs}" in out, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
 
 
 def test_dask_scheduler_and_worker_commands_with_the_preload(tmp_path: Path) -> None:

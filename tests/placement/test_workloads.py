@@ -614,6 +614,101 @@ def test_sigterm_stops_a_collection_like_an_interrupt(tmp_path: Path) -> None:
     assert "1 run(s) finished" in note
 
 
+def _listening_ports() -> set[int]:
+    """Ports this process listens on."""
+    import psutil
+
+    return {
+        c.laddr.port
+        for c in psutil.Process().net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("test_workloads")
+def test_the_collection_s_cluster_starts_no_http_server(tmp_path: Path) -> None:
+    """Nothing listens but the scheduler and the nanny: ``distributed`` starts the scheduler's
+    HTTP server (on port 8787 of every interface, or another port if that one is taken) even
+    with ``dashboard_address=None``, and the collection's cluster stops it."""
+    from distributed import default_client
+
+    before = _listening_ports()
+    seen: dict[str, Any] = {}
+
+    def look(result: object) -> None:  # while the cluster runs
+        client = default_client()
+        seen["services"] = client.scheduler_info()["services"]
+        seen["on_the_scheduler"] = sorted(client.cluster.scheduler.services)
+        seen["link"] = client.cluster.dashboard_link
+        seen["ours"] = {client.cluster.scheduler.port}
+        seen["ours"] |= {nanny.port for nanny in client.cluster.workers.values()}
+        seen["opened"] = _listening_ports() - before
+
+    collect(tmp_path / "out", _options(tmp_path, "one_shard"), progress=False, on_run=look)
+    assert seen["services"] == {} and seen["on_the_scheduler"] == [], seen
+    assert seen["link"] == ""
+    assert seen["opened"] == seen["ours"], seen
+
+
+#: ``dataplane placement collect`` running a pipeline that waits to be interrupted.
+_WAITS_FOR_CTRL_C = """
+import sys, time
+from placement.cli import placement_group
+from placement.workloads import SIZES, WORKLOADS, Plan, Size, Workload
+
+def wait(client):
+    print("running", flush=True)
+    time.sleep(300)
+
+SIZES["tiny"] = Size("tiny", partitions=4, rows=2_000, array_side=200, records=800)
+plan = lambda spec: Plan(None, 1000, 1, drive=wait, stage_tasks={"wait": 1})
+WORKLOADS["waits"] = Workload("waits", "cache", "waits to be interrupted", plan)
+placement_group.main(sys.argv[1:], prog_name="dataplane placement")
+"""
+
+
+@pytest.mark.timeout(180)
+def test_cli_collect_stopped_by_ctrl_c_prints_no_worker_traceback(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group, the worker process included): the
+    collection stops ("Aborted!", scratch removed) and no traceback is printed: the worker
+    process leaves the interrupt to the command, which closes it (it used to die of it,
+    printing a traceback, and its nanny logged the loss)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    args = ["collect", str(tmp_path / "out"), "--pipelines", "waits", "--sizes", "tiny"]
+    args += ["--seeds", "0", "--workers", "1", "--memory-limit", "512MiB", "--no-progress"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WAITS_FOR_CTRL_C, *args, "--scratch-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        # a shell that ran pytest in the background leaves SIGINT ignored: restore it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if line.strip() == "running":
+                break
+        assert seen and seen[-1].strip() == "running", "".join(seen)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 1 and "Aborted!" in out, (proc.returncode, out[-3000:])
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no scratch left
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("test_workloads")
 def test_no_rows_from_whole_runs_names_the_spill_threshold(tmp_path: Path) -> None:
