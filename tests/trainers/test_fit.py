@@ -42,6 +42,19 @@ def _cosine(epochs: int):
     return lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
 
 
+def _fit_sgd(model: torch.nn.Module, train, val, epochs: int, **kwargs):
+    """``fit`` with the SGD optimizer and cosine schedule the resume tests compare under."""
+    return fit(
+        model,
+        train,
+        val,
+        epochs=epochs,
+        optimizer=_sgd(model),
+        lr_scheduler=_cosine(epochs),
+        **kwargs,
+    )
+
+
 def test_fit_learns_and_writes_run_json(fmnist_arrays, tmp_path: Path) -> None:
     train, val = _loaders(fmnist_arrays, batch_size=32)
     model = _model()
@@ -135,8 +148,7 @@ def test_resume_at_epoch_boundary_is_exact(fmnist_arrays, tmp_path: Path, determ
     # straight: 2 epochs
     train, val = _loaders(fmnist_arrays)
     straight = _model()
-    opt = _sgd(straight)
-    fit(straight, train, val, epochs=epochs, optimizer=opt, lr_scheduler=_cosine(epochs))
+    _fit_sgd(straight, train, val, epochs)
     # 1 epoch, stop (simulated by a process that ran only epoch 0), then resume
     train, val = _loaders(fmnist_arrays)
     first = _model()
@@ -144,15 +156,7 @@ def test_resume_at_epoch_boundary_is_exact(fmnist_arrays, tmp_path: Path, determ
         *fmnist_arrays["train"], batch_size=128, seed=1, interrupt_at=(1, 0)
     )
     with pytest.raises(KeyboardInterrupt):
-        fit(
-            first,
-            interrupted,
-            val,
-            epochs=epochs,
-            optimizer=_sgd(first),
-            lr_scheduler=_cosine(epochs),
-            checkpoint_dir=tmp_path,
-        )
+        _fit_sgd(first, interrupted, val, epochs, checkpoint_dir=tmp_path)
     state = torch.load(tmp_path / "last.pt", weights_only=False)
     assert state["epoch"] == 1 and state["tally"]["steps"] == 0  # epoch-end checkpoint only
     # A new process: new model (different init), new optimizer and loaders.
@@ -160,16 +164,7 @@ def test_resume_at_epoch_boundary_is_exact(fmnist_arrays, tmp_path: Path, determ
     np.random.seed(123)
     train, val = _loaders(fmnist_arrays)
     resumed = _model(seed=99)
-    result = fit(
-        resumed,
-        train,
-        val,
-        epochs=epochs,
-        optimizer=_sgd(resumed),
-        lr_scheduler=_cosine(epochs),
-        checkpoint_dir=tmp_path,
-        resume=True,
-    )
+    result = _fit_sgd(resumed, train, val, epochs, checkpoint_dir=tmp_path, resume=True)
     _assert_same_weights(_state(straight), _state(resumed))
     assert [e.epoch for e in result.record.epochs] == [0, 1]
     assert train.epochs_seen == [1]
@@ -181,7 +176,7 @@ def test_mid_epoch_interrupt_checkpoint_resumes_exactly(
     epochs = 2
     train, val = _loaders(fmnist_arrays)
     straight = _model()
-    fit(straight, train, val, epochs=epochs, optimizer=_sgd(straight), lr_scheduler=_cosine(epochs))
+    _fit_sgd(straight, train, val, epochs)
 
     run_dir = tmp_path / "run"
     ckpt = tmp_path / "ckpt"
@@ -191,16 +186,7 @@ def test_mid_epoch_interrupt_checkpoint_resumes_exactly(
     _, val = _loaders(fmnist_arrays)
     model = _model()
     with pytest.raises(KeyboardInterrupt):
-        fit(
-            model,
-            loader,
-            val,
-            epochs=epochs,
-            optimizer=_sgd(model),
-            lr_scheduler=_cosine(epochs),
-            checkpoint_dir=ckpt,
-            run_dir=run_dir,
-        )
+        _fit_sgd(model, loader, val, epochs, checkpoint_dir=ckpt, run_dir=run_dir)
     state = torch.load(ckpt / "last.pt", weights_only=False)
     assert state["epoch"] == 1 and state["tally"]["steps"] == 5
     assert state["loader_state"] == {"epoch": 1, "position": 5, "seed": 1}
@@ -208,16 +194,8 @@ def test_mid_epoch_interrupt_checkpoint_resumes_exactly(
 
     train, val = _loaders(fmnist_arrays)
     resumed = _model(seed=7)
-    result = fit(
-        resumed,
-        train,
-        val,
-        epochs=epochs,
-        optimizer=_sgd(resumed),
-        lr_scheduler=_cosine(epochs),
-        checkpoint_dir=ckpt,
-        resume=True,
-        run_dir=run_dir,
+    result = _fit_sgd(
+        resumed, train, val, epochs, checkpoint_dir=ckpt, resume=True, run_dir=run_dir
     )
     _assert_same_weights(_state(straight), _state(resumed))
     last = result.record.epochs[-1]
