@@ -4,6 +4,7 @@ Imports nothing of the other project packages; the loader plugs it in.
 
 * :class:`CacheConfig` - validated options (path, variants, max_bytes, ...).
 * :class:`CacheIdentity` - what the samples are made from (fingerprints, shape).
+* :class:`InputDescription` - the recipe or dataset in words, for messages.
 * :class:`CacheStore` - the LMDB store: ``get_batch`` / ``put_batch``.
 * :class:`CacheFiller` - writes fresh batches without pausing training.
 * :func:`verify` - checksums and counts; drop corrupt records.
@@ -20,7 +21,7 @@ from cache.errors import (
     UnreadableMetaError,
 )
 from cache.fill import CacheFiller, FillStats
-from cache.meta import SCHEMA_VERSION, CacheIdentity, CacheMeta
+from cache.meta import SCHEMA_VERSION, CacheIdentity, CacheMeta, InputDescription
 from cache.store import CacheInfo, CacheStore, StoreState, StoreStats, VariantsChange
 from cache.verify import VerifyReport, verify
 
@@ -37,6 +38,7 @@ __all__ = [
     "CorruptRecordError",
     "FillMode",
     "FillStats",
+    "InputDescription",
     "StaleCacheError",
     "StoreState",
     "StoreStats",

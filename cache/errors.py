@@ -22,7 +22,9 @@ class StaleCacheError(CacheError):
     Attributes
     ----------
     changes : tuple of str
-        One line per thing that changed (``"recipe fingerprint: ... -> ..."``).
+        One line per thing that changed, e.g. ``"recipe 'train': size 28 -> 32
+        (fingerprint 0f3a... -> 77de...)"``, or ``"recipe fingerprint: ... -> ..."``
+        for a cache whose recipe is not described.
     """
 
     def __init__(self, message: str, *, changes: tuple[str, ...]) -> None:

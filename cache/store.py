@@ -271,6 +271,14 @@ class CacheInfo:
             "schema_version": self.meta.schema_version,
             "recipe_fingerprint": ident.recipe_fingerprint,
             "dataset_fingerprint": ident.dataset_fingerprint,
+            "recipe_description": (
+                ident.recipe_description.to_doc() if ident.recipe_description is not None else None
+            ),
+            "dataset_description": (
+                ident.dataset_description.to_doc()
+                if ident.dataset_description is not None
+                else None
+            ),
             "sample_shape": list(ident.sample_shape),
             "dtype": self.meta.dtype,
             "layout": self.meta.layout,
@@ -552,8 +560,15 @@ class CacheStore:
             return meta
         if meta is not None and not self._rebuild:
             meta.check(self.identity, where=where)
-            if meta.variants == self.config.variants and meta.max_bytes == self.config.max_bytes:
+            if (
+                meta.variants == self.config.variants
+                and meta.max_bytes == self.config.max_bytes
+                and not meta.lacks_descriptions(self.identity)
+            ):
                 return meta
+            # Otherwise the metadata is written again below (same identity, same creation
+            # time): the new variants or size bound, or the descriptions of the recipe and
+            # dataset that a cache written without them gains.
         if shared.readonly:
             if meta is None:
                 raise CacheError(f"{where} holds no cache and is not writable; choose another path")

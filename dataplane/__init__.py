@@ -16,6 +16,7 @@ from dataplane.errors import (
     DataError,
     DataplaneError,
     DatasetError,
+    DatasetRootError,
     StaleCacheError,
 )
 from dataplane.loader import Loader
@@ -29,6 +30,7 @@ __all__ = [
     "DataError",
     "DataplaneError",
     "DatasetError",
+    "DatasetRootError",
     "LastBatchPolicy",
     "Loader",
     "OnCorrupt",

@@ -74,7 +74,12 @@ def cache_group() -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def info_command(path: Path, as_json: bool) -> None:
-    """Fingerprints, records per variant, bytes and whether the cache is full.
+    """Recipe and dataset, records per variant, bytes and whether the cache is full.
+
+    The recipe and the dataset are shown in words (name and parameters; kind,
+    location, samples and file totals) with their fingerprints, as a stale
+    cache's message names them; a cache written without descriptions shows its
+    fingerprints.
 
     Counts the variants in use (``0 .. variants - 1``); records outside the metadata
     (variants left from a run with more variants) are counted apart as unused.
@@ -86,8 +91,8 @@ def info_command(path: Path, as_json: bool) -> None:
     lines = [
         f"cache        {info.path}",
         f"created      {info.meta.created} (schema {info.meta.schema_version})",
-        f"recipe       {json.dumps(ident.recipe_fingerprint)}",
-        f"dataset      {json.dumps(ident.dataset_fingerprint)}",
+        f"recipe       {ident.describe_recipe()}",
+        f"dataset      {ident.describe_dataset()}",
         f"samples      {ident.num_samples} x {info.meta.variants} variants, "
         f"{info.meta.dtype} {info.meta.layout} {tuple(ident.sample_shape)}",
     ]
@@ -251,6 +256,10 @@ def build_command(
     produced fresh (the missing ones); ``images_per_second`` is ``produced``
     per second of the build. The progress bar counts the missing samples.
 
+    The output names the recipe and the dataset as ``dataplane cache info`` does.
+    A cache built for another recipe or dataset is refused with the loader's
+    message (what changed, old and new); ``--rebuild`` clears it first.
+
     Fewer ``--variants`` than the cache was built with keep the records of the
     others, unused: the output says so (``variants_change`` with ``--json``), and
     ``dataplane cache verify --repair`` deletes them.
@@ -314,6 +323,8 @@ def build_command(
         f"({doc['images_per_second']:.0f} images/s produced)",
         f"records {info.records} / {info.expected_records}, {_human(info.used_bytes)} used"
         + (" (full: the rest is served fresh)" if info.full else ""),
+        f"recipe  {info.meta.identity.describe_recipe()}",
+        f"dataset {info.meta.identity.describe_dataset()}",
     ]
     if change is not None and change.unused:
         lines.append(f"variants changed: {change.message}")

@@ -48,7 +48,10 @@ On failure
 ----------
 * Stale cache (recipe, dataset, sample shape or schema changed): the loader
   raises :class:`~dataplane.errors.StaleCacheError` at construction, naming
-  what changed and how to rebuild (``rebuild=True`` / ``--rebuild``).
+  what changed in words (the recipe's name and the parameters that differ, old
+  and new; the dataset's kind, location and what changed in it, with what its
+  fingerprint covers; the hashes as a detail, see :func:`cache_identity`) and
+  how to rebuild (``rebuild=True`` / ``--rebuild``). Nothing stored is touched.
 * The cache cannot be opened or created (unwritable path, not a directory):
   a :class:`~dataplane.errors.CacheWarning`, and the loader serves fresh.
 * Fewer ``variants`` than the cache was built with: the records of the other
@@ -75,6 +78,7 @@ On failure
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import logging
 import queue
 import warnings
@@ -83,7 +87,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cache import CacheConfig, CacheError, CacheFiller, CacheIdentity, CacheStore, StoreState
+from cache import (
+    CacheConfig,
+    CacheError,
+    CacheFiller,
+    CacheIdentity,
+    CacheStore,
+    InputDescription,
+    StoreState,
+)
 from cache import StaleCacheError as _CacheStaleError
 from dataplane.background import BackgroundProducer
 from dataplane.errors import CacheWarning, StaleCacheError
@@ -96,6 +108,7 @@ from dataplane.producer import (
     SkippedSample,
     following_indices,
 )
+from dataplane.sources import DatasetSummary, fingerprint_and_summary
 from dataplane.stats import CacheStats
 
 if TYPE_CHECKING:
@@ -121,23 +134,107 @@ def cache_identity(source: Source, recipe: Recipe) -> CacheIdentity:
     ----------
     source : Source
         The dataset; its :meth:`~dataplane.sources.Source.fingerprint` (paths,
-        sizes, mtimes, labels) and length are recorded.
+        sizes, mtimes, labels) and length are recorded, with a description: its
+        kind and location, classes, and for the built-in sources the total size
+        and newest modification time of its files (taken in the same pass).
     recipe : Recipe
         The augmentation; its full description (what
         :meth:`~preprocessing.Recipe.fingerprint` hashes) is recorded, so a
-        stale cache's message names the entries that changed.
+        stale cache's message names the entries that changed, with a
+        description: its name, size, channels, statistics and options.
 
     Returns
     -------
     CacheIdentity
         Samples are uint8 ``(recipe.channels, recipe.size, recipe.size)``.
     """
+    fingerprint, summary = fingerprint_and_summary(source)
     return CacheIdentity(
         recipe_fingerprint=recipe.describe(),
-        dataset_fingerprint=source.fingerprint(),
+        dataset_fingerprint=fingerprint,
         sample_shape=(recipe.channels, recipe.size, recipe.size),
         num_samples=len(source),
+        recipe_description=recipe_description(recipe),
+        dataset_description=dataset_description(fingerprint, summary),
     )
+
+
+#: Labels of :meth:`~preprocessing.Recipe.describe`'s other entries in a recipe's description.
+_RECIPE_LABELS = {
+    "definition.version": "definition version",
+    "definition.source_hash": "definition code",
+    "recipe_code_version": "recipe code version",
+}
+
+
+def recipe_description(recipe: Recipe) -> InputDescription:
+    """``recipe`` in words, as its fingerprint covers it.
+
+    Returns
+    -------
+    cache.InputDescription
+        Title ``'train'`` (the recipe's name); facts ``size``, ``channels``,
+        ``mean``, ``std``, one ``option NAME`` per option, then the definition's
+        version (and code hash, for a custom definition) and the recipe machinery's
+        version; digest ``recipe.fingerprint()``.
+    """
+    described = _flatten(recipe.describe())
+    facts: dict[str, Any] = {}
+    for key in ("size", "channels", "mean", "std"):
+        facts[key] = described.pop(key, None)
+    for key in [k for k in described if k.startswith("options.")]:
+        facts[f"option {key.removeprefix('options.')}"] = described.pop(key)
+    described.pop("definition.name", None)  # the title
+    if not described.get("definition.source_hash"):  # built-in definitions have none
+        described.pop("definition.source_hash", None)
+    for key in sorted(described, key=lambda k: (not k.startswith("definition."), k)):
+        facts[_RECIPE_LABELS.get(key, key)] = described[key]
+    return InputDescription(repr(recipe.name), facts, digest=recipe.fingerprint())
+
+
+def dataset_description(fingerprint: str, summary: DatasetSummary) -> InputDescription:
+    """A dataset in words: its kind and location, classes and file totals.
+
+    The number of samples is not among the facts: the cache's metadata holds it
+    and shows it with them.
+
+    Parameters
+    ----------
+    fingerprint : str
+        The dataset's fingerprint (its digest).
+    summary : DatasetSummary
+        From :func:`~dataplane.sources.fingerprint_and_summary`.
+
+    Returns
+    -------
+    cache.InputDescription
+        Title ``image folder data/fmnist/train``; facts ``classes``, ``files``
+        (Parquet), ``total bytes`` and ``newest file modified`` (UTC).
+    """
+    title = f"{summary.kind} {summary.location}" if summary.location else summary.kind
+    facts: dict[str, Any] = {"classes": summary.num_classes}
+    files = summary.files
+    if files is not None:
+        if summary.kind == "Parquet":  # one file per sample otherwise: the samples say it
+            facts["files"] = files.count
+        facts["total bytes"] = files.total_bytes
+        if files.count:
+            seconds, ns = divmod(files.newest_mtime_ns, 10**9)
+            newest = _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc).replace(
+                microsecond=ns // 1000
+            )
+            facts["newest file modified"] = newest.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    return InputDescription(title, facts, covers=summary.covers, digest=fingerprint)
+
+
+def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, dict):
+            out.update(_flatten(item, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = item
+    return out
 
 
 class LoaderCache:
@@ -659,4 +756,10 @@ def _match(
     return got[:m], src[:m]
 
 
-__all__ = ["CachedBatchProducer", "LoaderCache", "cache_identity"]
+__all__ = [
+    "CachedBatchProducer",
+    "LoaderCache",
+    "cache_identity",
+    "dataset_description",
+    "recipe_description",
+]

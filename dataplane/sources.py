@@ -28,6 +28,7 @@ its splits' rows would be merged.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -85,6 +86,84 @@ class Source(Protocol):
         ...
 
 
+@dataclasses.dataclass(frozen=True)
+class FilesSummary:
+    """Totals over a dataset's files, taken in the pass that fingerprints them.
+
+    Attributes
+    ----------
+    count : int
+        Number of files.
+    total_bytes : int
+        Sum of their sizes, in bytes.
+    newest_mtime_ns : int
+        Latest modification time among them, in nanoseconds since the Unix epoch
+        (0 when there are no files).
+    """
+
+    count: int
+    total_bytes: int
+    newest_mtime_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSummary:
+    """A source in words: what a message says about the dataset a cache was built for.
+
+    Attributes
+    ----------
+    kind : str
+        ``"image folder"``, ``"file list"``, ``"Parquet"``, or the class name of
+        another source.
+    location : str
+        Its folder or file; for a file list, the folder holding all its files
+        (empty when unknown).
+    num_classes : int
+        Number of classes.
+    covers : str
+        What its fingerprint covers, in words.
+    files : FilesSummary or None
+        Totals over its files (None for a source that does not give them).
+    """
+
+    kind: str
+    location: str
+    num_classes: int
+    covers: str
+    files: FilesSummary | None = None
+
+
+def files_identity(
+    paths: Iterable[str | os.PathLike[str]], extra: object = None
+) -> tuple[str, FilesSummary]:
+    """:func:`files_fingerprint` and totals over the files, in one ``stat`` per file.
+
+    Parameters
+    ----------
+    paths : iterable of path
+        Files, in a meaningful order (the hash depends on it).
+    extra : object, optional
+        JSON-serialisable data hashed along (e.g. labels, column names).
+
+    Returns
+    -------
+    tuple of (str, FilesSummary)
+        The fingerprint (32 hex digits) and the files' count, total size and
+        newest modification time.
+    """
+    h = xxhash.xxh3_128()
+    count = total = newest = 0
+    for path in paths:
+        st = os.stat(path)
+        h.update(f"{os.fspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        count += 1
+        total += st.st_size
+        newest = max(newest, st.st_mtime_ns)
+    if extra is not None:
+        h.update(json.dumps(extra, sort_keys=True, default=str).encode())
+    return h.hexdigest(), FilesSummary(count, total, newest)
+
+
 def files_fingerprint(paths: Iterable[str | os.PathLike[str]], extra: object = None) -> str:
     """Hash of files' paths, sizes and modification times (plus ``extra``).
 
@@ -101,18 +180,36 @@ def files_fingerprint(paths: Iterable[str | os.PathLike[str]], extra: object = N
         32 hex digits (xxh3-128). Changes when a file is added, removed,
         renamed, resized or touched.
     """
-    h = xxhash.xxh3_128()
-    for path in paths:
-        st = os.stat(path)
-        h.update(f"{os.fspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    if extra is not None:
-        h.update(json.dumps(extra, sort_keys=True, default=str).encode())
-    return h.hexdigest()
+    return files_identity(paths, extra)[0]
 
 
 def dataset_fingerprint(source: Source) -> str:
     """The fingerprint of ``source`` (see :meth:`Source.fingerprint`)."""
     return source.fingerprint()
+
+
+def fingerprint_and_summary(source: Source) -> tuple[str, DatasetSummary]:
+    """The fingerprint of ``source`` and a summary of it in words.
+
+    The built-in sources give both from one pass over their files (their
+    ``fingerprint_and_summary`` method); another source gives its
+    :meth:`~Source.fingerprint`, and its summary is its class name, with no
+    location or file totals.
+
+    Returns
+    -------
+    tuple of (str, DatasetSummary)
+    """
+    both = getattr(source, "fingerprint_and_summary", None)
+    if callable(both):
+        fingerprint, summary = both()
+        return str(fingerprint), summary
+    return source.fingerprint(), DatasetSummary(
+        kind=type(source).__name__,
+        location="",
+        num_classes=int(source.num_classes),
+        covers=f"what {type(source).__name__}.fingerprint() hashes",
+    )
 
 
 def _check_labels(labels: np.ndarray, num_classes: int | None, where: str) -> int:
@@ -263,8 +360,25 @@ class _FileBacked:
     def describe(self, index: int) -> str:
         return str(self._paths[index])
 
+    def _where(self) -> tuple[str, str]:
+        """Kind and location, for :class:`DatasetSummary`."""
+        raise NotImplementedError
+
     def fingerprint(self) -> str:
-        return files_fingerprint(self._paths, extra=self._labels.tolist())
+        return self.fingerprint_and_summary()[0]
+
+    def fingerprint_and_summary(self) -> tuple[str, DatasetSummary]:
+        """:meth:`fingerprint` and a :class:`DatasetSummary`, in one pass over the files."""
+        fingerprint, files = files_identity(self._paths, extra=self._labels.tolist())
+        kind, location = self._where()
+        summary = DatasetSummary(
+            kind=kind,
+            location=location,
+            num_classes=self.num_classes,
+            covers="image paths, sizes, modification times and labels",
+            files=files,
+        )
+        return fingerprint, summary
 
 
 class ImageFolderSource(_FileBacked):
@@ -330,6 +444,9 @@ class ImageFolderSource(_FileBacked):
             f"ImageFolderSource({str(self.root)!r}, {len(self)} images, {self.num_classes} classes)"
         )
 
+    def _where(self) -> tuple[str, str]:
+        return "image folder", str(self.root)
+
 
 class FileListSource(_FileBacked):
     """An explicit list of ``(path, label)`` pairs.
@@ -387,6 +504,13 @@ class FileListSource(_FileBacked):
 
     def __repr__(self) -> str:
         return f"FileListSource({len(self)} images, {self.num_classes} classes)"
+
+    def _where(self) -> tuple[str, str]:
+        try:
+            folder = os.path.commonpath([os.fspath(p.parent) for p in self._paths])
+        except ValueError:  # absolute and relative paths mixed
+            folder = ""
+        return "file list", folder
 
 
 class ParquetSource:
@@ -536,9 +660,21 @@ class ParquetSource:
         return f"{self._files[file_no]}#{row}"
 
     def fingerprint(self) -> str:
-        return files_fingerprint(
+        return self.fingerprint_and_summary()[0]
+
+    def fingerprint_and_summary(self) -> tuple[str, DatasetSummary]:
+        """:meth:`fingerprint` and a :class:`DatasetSummary`, in one pass over the files."""
+        fingerprint, files = files_identity(
             self._files, extra={"image_column": self.image_column, "label": self.label_column}
         )
+        summary = DatasetSummary(
+            kind="Parquet",
+            location=str(self.path),
+            num_classes=self.num_classes,
+            covers="Parquet file paths, sizes and modification times, and column names",
+            files=files,
+        )
+        return fingerprint, summary
 
 
 def open_source(path: str | os.PathLike[str]) -> Source:

@@ -39,6 +39,22 @@ def tree_digest(root: Path) -> dict[str, tuple[int, int, str]]:
     return out
 
 
+def test_the_package_exports_its_errors() -> None:
+    import dataplane
+    from dataplane import errors
+
+    for name in ("DataplaneError", "ConfigError", "DatasetError", "DatasetRootError", "DataError"):
+        assert getattr(dataplane, name) is getattr(errors, name), name
+        assert name in dataplane.__all__, name
+    assert dataplane.StaleCacheError is errors.StaleCacheError
+    assert issubclass(dataplane.DatasetRootError, dataplane.DatasetError)
+    assert dataplane.__all__ == sorted(dataplane.__all__)
+    assert all(getattr(dataplane, name, None) is not None for name in dataplane.__all__)
+    namespace: dict[str, object] = {}
+    exec("from dataplane import *", namespace)
+    assert namespace["DatasetRootError"] is errors.DatasetRootError
+
+
 def test_corrupt_image_raises_data_error_naming_file_and_index(writable_copy: Path) -> None:
     source = ImageFolderSource(writable_copy)
     bad = 37

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import xxhash
 
 from dataplane import errors
 from dataplane.errors import DatasetError
@@ -18,6 +20,7 @@ from dataplane.sources import (
     ParquetSource,
     Source,
     dataset_fingerprint,
+    fingerprint_and_summary,
     open_source,
 )
 
@@ -60,6 +63,60 @@ def test_fingerprint_tracks_changes(tmp_path: Path, fmnist_small: Path) -> None:
     assert touched != first
     victim.unlink()
     assert dataset_fingerprint(ImageFolderSource(root)) not in {first, touched}
+
+
+def test_fingerprint_and_summary_in_one_pass(fmnist_small: Path, fmnist_parquet: Path) -> None:
+    folder = ImageFolderSource(fmnist_small / "train")
+    fingerprint, summary = fingerprint_and_summary(folder)
+    # The fingerprint is the one caches already record: paths, sizes, mtimes, then labels.
+    paths = [Path(folder.describe(i)) for i in range(len(folder))]
+    h = xxhash.xxh3_128()
+    for path in paths:
+        st = path.stat()
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    h.update(json.dumps(folder.labels().tolist(), sort_keys=True).encode())
+    assert fingerprint == h.hexdigest() == folder.fingerprint()
+    assert (summary.kind, summary.location) == ("image folder", str(fmnist_small / "train"))
+    assert summary.num_classes == 10 and "modification times" in summary.covers
+    assert summary.files is not None and summary.files.count == len(folder)
+    assert summary.files.total_bytes == sum(p.stat().st_size for p in paths)
+    assert summary.files.newest_mtime_ns == max(p.stat().st_mtime_ns for p in paths)
+
+    parquet = ParquetSource(fmnist_parquet / "train")
+    fingerprint, summary = fingerprint_and_summary(parquet)
+    assert fingerprint == parquet.fingerprint()
+    assert (summary.kind, summary.location) == ("Parquet", str(fmnist_parquet / "train"))
+    files = sorted((fmnist_parquet / "train").rglob("*.parquet"))
+    assert summary.files is not None and summary.files.count == len(files)
+    assert summary.files.total_bytes == sum(p.stat().st_size for p in files)
+
+    listed = FileListSource([(paths[0], 0), (paths[-1], 1)])
+    fingerprint, summary = fingerprint_and_summary(listed)
+    assert fingerprint == listed.fingerprint()
+    assert summary.kind == "file list"
+    assert summary.location == os.path.commonpath([str(paths[0].parent), str(paths[-1].parent)])
+
+    class Custom:  # a source of the caller's own, with no summary of its own
+        num_classes = 2
+
+        def __len__(self) -> int:
+            return 1
+
+        def read(self, index: int) -> bytes:
+            return b""
+
+        def label(self, index: int) -> int:
+            return 0
+
+        def describe(self, index: int) -> str:
+            return "mem"
+
+        def fingerprint(self) -> str:
+            return "custom-fingerprint"
+
+    fingerprint, summary = fingerprint_and_summary(Custom())
+    assert fingerprint == "custom-fingerprint"
+    assert (summary.kind, summary.location, summary.files) == ("Custom", "", None)
 
 
 def _parquet(path: Path, labels: list[int], images: list[bytes] | None = None) -> Path:
