@@ -43,7 +43,15 @@ def test_the_package_exports_its_errors() -> None:
     import dataplane
     from dataplane import errors
 
-    for name in ("DataplaneError", "ConfigError", "DatasetError", "DatasetRootError", "DataError"):
+    defined = [
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type)
+        and issubclass(value, Warning | errors.DataplaneError)
+        and value.__module__ == errors.__name__
+    ]
+    assert {"DatasetRootError", "IngestConflictError", "CorruptSampleWarning"} <= set(defined)
+    for name in defined:  # every error and warning of the package, importable from its top
         assert getattr(dataplane, name) is getattr(errors, name), name
         assert name in dataplane.__all__, name
     assert dataplane.StaleCacheError is errors.StaleCacheError
