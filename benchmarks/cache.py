@@ -355,7 +355,7 @@ def main(
         work = Path(tmp)
         datasets = {
             "opencv-doc JPEG 224": (
-                jpeg_items(jpeg_repeat), make_recipe("train", size=224), jpeg_variants,
+                jpeg_items(jpeg_repeat), make_recipe("train", size=224, channels=3), jpeg_variants,
             ),
             "fashion-mnist PNG 28": (
                 str(fmnist_folder(fmnist_limit, work)),

@@ -302,7 +302,10 @@ def main(
     }
     with tempfile.TemporaryDirectory() as tmp:
         datasets = {
-            "opencv-doc JPEG 224": (jpeg_items(jpeg_repeat), make_recipe("train", size=224)),
+            "opencv-doc JPEG 224": (
+                jpeg_items(jpeg_repeat),
+                make_recipe("train", size=224, channels=3),
+            ),
             "fashion-mnist PNG 28": (
                 fmnist_items(fmnist_limit, Path(tmp)),
                 make_recipe("train", size=28, channels=1),

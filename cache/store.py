@@ -47,10 +47,13 @@ On failure
 * A record failing its check is never served: it is reported missing (the
   caller produces the sample fresh), logged, counted in :attr:`CacheStore.stats`,
   and deleted by this process's next write so that the refill can take its place.
-* The next write would exceed ``max_bytes``: the batch is not written, the
+* ``max_bytes`` reached: a write that does not fit is cut to the records that do
+  (in order: the longest prefixes, halved after each refusal), and once one more
+  record would not fit (:func:`has_room`, the one definition of a full cache) the
   store's state becomes :attr:`StoreState.FULL` and it stops admitting; serving
-  goes on. ``MapFullError`` never reaches the caller. The cache may thus stop
-  up to one write batch short of ``max_bytes``.
+  goes on. ``MapFullError`` never reaches the caller. So a cache is full, for the
+  writers and for :meth:`CacheStore.info` alike, whatever the size of the batches
+  that filled it.
 * Disk full, I/O error or an unwritable directory while writing: the batch is
   not written (the transaction is aborted, what was committed stays valid),
   the state becomes :attr:`StoreState.FAILED` and :class:`CacheError` is raised
@@ -81,11 +84,13 @@ Size
 ----
 ``max_bytes`` bounds the pages holding records and metadata, plus
 :data:`BOOKKEEPING_PAGES` pages for LMDB's own trees: a write that would go
-beyond it is not committed (state ``FULL``). The LMDB map, the hard bound of
-``data.mdb``, is larger by :func:`cache.env.map_headroom` (64 pages plus 1/512 of
-``max_bytes``). LMDB reuses a freed page only once a later transaction has
-committed, and it needs fresh pages to record what a transaction frees (1/512
-of the freed bytes); the headroom lets a full cache be cleared, rebuilt or
+beyond it is not committed. The cache is full (state ``FULL``) when the pages one
+more record may add (its overflow pages plus a split at every level of the
+records' tree, :attr:`CacheInfo.next_record_bytes`) would go beyond it. The LMDB
+map, the hard bound of ``data.mdb``, is larger by :func:`cache.env.map_headroom`
+(64 pages plus 1/512 of ``max_bytes``). LMDB reuses a freed page only once a later
+transaction has committed, and it needs fresh pages to record what a transaction
+frees (1/512 of the freed bytes); the headroom lets a full cache be cleared, rebuilt or
 repaired and filled again. After every transaction that frees pages (clear,
 rebuild, dropped records) the store commits one small transaction so that
 the next fill reuses them; a write that finds the map full frees the slots of
@@ -145,8 +150,35 @@ _HEADER_PREFIX = header_prefix()
 BOOKKEEPING_PAGES = 16
 
 
+def has_room(used_bytes: int, next_record_bytes: int, limit_bytes: int) -> bool:
+    """Whether one more record fits: the one definition of a full cache.
+
+    Used by the writes of :class:`CacheStore` (which stop admitting once it is
+    False) and by :attr:`CacheInfo.full` (``dataplane cache info``), so that both
+    call the same cache full.
+
+    Parameters
+    ----------
+    used_bytes : int
+        Bytes of the pages holding records and metadata, in bytes.
+    next_record_bytes : int
+        The most bytes one more record may add, in bytes
+        (:attr:`CacheInfo.next_record_bytes`).
+    limit_bytes : int
+        What records and metadata may fill: ``max_bytes`` less the bookkeeping
+        pages, in bytes.
+    """
+    return used_bytes + next_record_bytes <= limit_bytes
+
+
 class _OverMaxBytes(lmdb.MapFullError):
     """A write would take the cache beyond ``max_bytes`` (raised before its commit)."""
+
+
+def _node_max(psize: int) -> int:
+    """Largest node (8-byte header, key and value) LMDB keeps in a leaf page of ``psize``
+    bytes; a larger value goes to overflow pages."""
+    return (((psize - 16) // 2) & ~1) - 2
 
 
 class _Rebuilt(Exception):
@@ -220,6 +252,11 @@ class CacheInfo:
         The part of ``max_bytes`` kept for LMDB's bookkeeping
         (:data:`BOOKKEEPING_PAGES` pages), in bytes: records and metadata fill
         at most ``max_bytes - bookkeeping_bytes``.
+    next_record_bytes : int
+        The most bytes one more record may add to ``used_bytes``: its overflow
+        pages and one new page per level of the records' tree plus a new root (a
+        split at every level), in bytes. The cache is full when they do not fit
+        (:func:`has_room`).
     unused : dict of int to int
         Records outside the metadata per variant (variants ``>= variants`` left
         from a configuration with more variants): kept, never served, counted in
@@ -238,6 +275,7 @@ class CacheInfo:
     map_bytes: int = 0
     bookkeeping_bytes: int = 0
     unused: dict[int, int] = dataclasses.field(default_factory=dict)
+    next_record_bytes: int = 0
 
     @property
     def unused_records(self) -> int:
@@ -252,10 +290,10 @@ class CacheInfo:
 
     @property
     def full(self) -> bool:
-        """True when the store stopped admitting for lack of room, or one more
-        record would not fit in ``max_bytes``."""
-        return self.state is StoreState.FULL or (
-            self.used_bytes + self.record_bytes + self.bookkeeping_bytes > self.max_bytes
+        """True when one more record would not fit in ``max_bytes`` (:func:`has_room`,
+        as the writers decide), or the store stopped admitting for lack of room."""
+        return self.state is StoreState.FULL or not has_room(
+            self.used_bytes, self.next_record_bytes, self.max_bytes - self.bookkeeping_bytes
         )
 
     @property
@@ -297,6 +335,7 @@ class CacheInfo:
             "record_bytes": self.record_bytes,
             "map_bytes": self.map_bytes,
             "bookkeeping_bytes": self.bookkeeping_bytes,
+            "next_record_bytes": self.next_record_bytes,
             "bytes_per_sample": self.bytes_per_sample,
             "full": self.full,
         }
@@ -425,6 +464,7 @@ class CacheStore:
         #: Set when opening rewrote the metadata's number of variants (None otherwise).
         self.variants_change: VariantsChange | None = None
         self._open()
+        self._find_full()
 
     @classmethod
     def open_existing(cls, path: str | os.PathLike[str]) -> CacheStore:
@@ -455,6 +495,7 @@ class CacheStore:
         self.config = dataclasses.replace(
             self.config, variants=self._meta.variants, max_bytes=self._meta.max_bytes
         )
+        self._find_full()
         return self
 
     # -- process-local state ----------------------------------------------------------
@@ -540,6 +581,15 @@ class CacheStore:
         self._shared = shared
         if shared.readonly:
             self._state = StoreState.READ_ONLY
+
+    def _find_full(self) -> None:
+        """An admitting store whose cache is full already (:func:`has_room`) is ``FULL``
+        from the start: no batch is encoded or queued for it."""
+        shared = self._env()
+        if self._state is StoreState.ADMITTING:
+            with shared.env.begin() as txn:
+                if not self._has_room(txn, shared):
+                    self._state = StoreState.FULL
 
     def _load_meta(self, shared: SharedEnv) -> CacheMeta:
         where = str(self.config.path)
@@ -937,9 +987,9 @@ class CacheStore:
         """Write several ``(indices, variant, images, labels)`` batches in one transaction.
 
         See :meth:`put_batch`. When the whole transaction would exceed
-        ``max_bytes``, the batches are written one transaction each, in order,
-        until one does not fit: a cache near its bound is filled as far as whole
-        batches go, not left empty because the writer had fallen behind.
+        ``max_bytes``, the records are written in order, as many as fit (see
+        :meth:`put_encoded`): a cache near its bound is filled up to one record
+        short of it, not left short by a batch because the writer wrote large ones.
         """
         if self._state is not StoreState.ADMITTING:
             return 0
@@ -947,45 +997,44 @@ class CacheStore:
 
     def put_encoded(self, batches: Sequence[EncodedBatch]) -> int:
         """Write batches made by :meth:`encode_batch` in one transaction (see
-        :meth:`put_batches`, whose rules apply); returns the records written."""
+        :meth:`put_batches`, whose rules apply); returns the records written.
+
+        Records that would take the cache beyond ``max_bytes`` are cut: the longest
+        prefixes that fit are written, one transaction each (the chunk is halved after
+        each refusal), so the cache fills record by record up to where one more
+        record would not fit (:func:`has_room`); then the store is ``FULL``.
+        """
         shared = self._env()
         if self._state is not StoreState.ADMITTING:
             return 0
-        groups = [batch.items for batch in batches]
+        items = [item for batch in batches for item in batch.items]
         with self._lock:
             pending = self._pending_drop
             self._pending_drop = set()
         written = 0
+        start, chunk = 0, len(items)
         try:
-            try:
-                written, dropped = self._write(shared, pending, [i for g in groups for i in g])
-            except lmdb.MapFullError:
-                if len(groups) < 2:
-                    raise
-                written = dropped = 0
-                for group in groups:  # one transaction per batch, until one does not fit
-                    w, d = self._write(shared, pending, group)
-                    pending = set()  # dropped by the first committed transaction
-                    written += w
-                    dropped += d
-                    self.stats.written += w
-                    self.stats.dropped += d
-                return written
+            while True:
+                try:
+                    w, d, room = self._write(shared, pending, items[start : start + chunk])
+                except lmdb.MapFullError:  # beyond max_bytes, or LMDB's map is full
+                    if chunk <= 1:  # not even one record fits
+                        room = False
+                        break
+                    chunk //= 2
+                    continue
+                pending = set()  # dropped by the committed transaction
+                written += w
+                self.stats.written += w
+                self.stats.dropped += d
+                start += chunk
+                if start >= len(items) or not room:
+                    break
         except _Rebuilt:
             with self._lock:
                 self._pending_drop.clear()
             self._become_stale()
-            return written if len(groups) > 1 else 0
-        except lmdb.MapFullError:
-            with self._lock:
-                self._pending_drop |= pending
-                self._state = StoreState.FULL
-            logger.info(
-                "cache %s reached max_bytes=%d; it stops admitting and keeps serving",
-                self.path,
-                self.config.max_bytes,
-            )
-            return written if len(groups) > 1 else 0
+            return written
         except (lmdb.Error, OSError) as exc:
             with self._lock:
                 self._pending_drop |= pending
@@ -1001,8 +1050,15 @@ class CacheStore:
                 f"samples and keeps serving the {self._committed_hint()} it holds; {hint}, then "
                 "reopen it to fill again"
             ) from exc
-        self.stats.written += written
-        self.stats.dropped += dropped
+        if not room:
+            with self._lock:
+                self._pending_drop |= pending
+                self._state = StoreState.FULL
+            logger.info(
+                "cache %s reached max_bytes=%d; it stops admitting and keeps serving",
+                self.path,
+                self.config.max_bytes,
+            )
         return written
 
     def encode_batch(
@@ -1063,12 +1119,12 @@ class CacheStore:
 
     def _write(
         self, shared: SharedEnv, pending: set[bytes], items: list[tuple[bytes, Any]]
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, bool]:
         """One write transaction (see :meth:`_write_once`), tried once more when another
         process grew the map (``MDB_MAP_RESIZED``: adopt its size) or when the map is full
         (free dead readers' slots, commit a small transaction so that freed pages become
-        reusable). Returns ``(written, dropped)``; lmdb errors, :class:`_OverMaxBytes` and
-        :class:`_Rebuilt` propagate."""
+        reusable). Returns ``(written, dropped, room)`` as :meth:`_write_once`; lmdb errors,
+        :class:`_OverMaxBytes` and :class:`_Rebuilt` propagate."""
         resized = made_room = False
         while True:
             try:
@@ -1093,10 +1149,12 @@ class CacheStore:
 
     def _write_once(
         self, shared: SharedEnv, pending: set[bytes], items: list[tuple[bytes, Any]]
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, bool]:
         """One write transaction: check that the cache was not rebuilt meanwhile, drop the
-        pending corrupt keys, put ``items`` (never overwriting), and commit unless that
-        takes the cache beyond ``max_bytes``. Returns ``(written, dropped)``."""
+        pending corrupt keys, put ``items`` (never overwriting; nothing when the cache is
+        full, :func:`has_room`), and commit unless that takes the cache beyond
+        ``max_bytes``. Returns ``(written, dropped, room)``: ``room`` is whether one more
+        record fits after the commit."""
         size = self._payload_size()
         dropped = 0
         with write_txn(shared, shared.records) as txn:
@@ -1107,15 +1165,18 @@ class CacheStore:
                 if value is not None and not self._valid(key, value, size):
                     txn.delete(key)
                     dropped += 1
-            # In key order: neighbouring keys share leaf pages, fewer page copies.
-            _, written = txn.cursor().putmulti(
-                sorted(items, key=operator.itemgetter(0)), overwrite=False
-            )
-            if written and self._used_bytes(txn, shared) > self._data_limit(shared):
-                raise _OverMaxBytes(f"the write would exceed max_bytes={self.config.max_bytes}")
+            written = 0
+            if items and self._has_room(txn, shared):
+                # In key order: neighbouring keys share leaf pages, fewer page copies.
+                _, written = txn.cursor().putmulti(
+                    sorted(items, key=operator.itemgetter(0)), overwrite=False
+                )
+                if written and self._used_bytes(txn, shared) > self._data_limit(shared):
+                    raise _OverMaxBytes(f"the write would exceed max_bytes={self.config.max_bytes}")
+            room = self._has_room(txn, shared)
         if dropped:
             settle(shared)
-        return int(written), dropped
+        return int(written), dropped, room
 
     @staticmethod
     def _used_bytes(txn: lmdb.Transaction, shared: SharedEnv) -> int:
@@ -1129,6 +1190,24 @@ class CacheStore:
     def _data_limit(self, shared: SharedEnv) -> int:
         """What records and metadata may fill: ``max_bytes`` less the bookkeeping pages."""
         return self.config.max_bytes - BOOKKEEPING_PAGES * shared.psize
+
+    def _next_record_bytes(self, txn: lmdb.Transaction, shared: SharedEnv) -> int:
+        """The most bytes one more record may add to :meth:`_used_bytes` (see
+        :attr:`CacheInfo.next_record_bytes`): its overflow pages (none when it fits in a
+        leaf page), and a split at every level of the records' tree plus a new root."""
+        psize = shared.psize
+        value = self._payload_size() + RECORD_OVERHEAD
+        own = 0 if 8 + KEY_SIZE + value <= _node_max(psize) else -(-(value + 16) // psize)
+        depth = int(txn.stat(shared.records)["depth"])
+        return (own + depth + 1) * psize
+
+    def _has_room(self, txn: lmdb.Transaction, shared: SharedEnv) -> bool:
+        """Whether one more record fits, as ``txn`` sees the cache (:func:`has_room`)."""
+        return has_room(
+            self._used_bytes(txn, shared),
+            self._next_record_bytes(txn, shared),
+            self._data_limit(shared),
+        )
 
     def _committed_hint(self) -> str:
         try:
@@ -1316,6 +1395,12 @@ class CacheStore:
         psize = shared.psize
         with self._read() as txn:
             used = self._used_bytes(txn, shared)
+            next_record = self._next_record_bytes(txn, shared)
+        if self._state is StoreState.ADMITTING and not has_room(
+            used, next_record, self._data_limit(shared)
+        ):
+            with self._lock:  # found full: it stops admitting, as a write would find
+                self._state = StoreState.FULL
         try:
             file_bytes = (self.path / "data.mdb").stat().st_size
         except OSError:
@@ -1324,8 +1409,7 @@ class CacheStore:
         # LMDB stores a node (8-byte header + key + value) in the leaf page when it
         # fits in half a page, else the value in overflow pages (16-byte header)
         # and a node with a page number in the leaf; plus a 2-byte slot pointer.
-        node_max = (((psize - 16) // 2) & ~1) - 2
-        if 8 + KEY_SIZE + value <= node_max:
+        if 8 + KEY_SIZE + value <= _node_max(psize):
             record_bytes = 8 + KEY_SIZE + value + 2
         else:
             record_bytes = -(-(value + 16) // psize) * psize + 8 + KEY_SIZE + 8 + 2
@@ -1342,6 +1426,7 @@ class CacheStore:
             map_bytes=int(env_info["map_size"]),
             bookkeeping_bytes=BOOKKEEPING_PAGES * psize,
             unused=unused,
+            next_record_bytes=next_record,
         )
 
     # -- lifecycle --------------------------------------------------------------------

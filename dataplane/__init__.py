@@ -19,6 +19,7 @@ from dataplane.errors import (
     DatasetError,
     DatasetRootError,
     IngestConflictError,
+    MixedImageSizeWarning,
     PipelineError,
     StaleCacheError,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "IngestConflictError",
     "LastBatchPolicy",
     "Loader",
+    "MixedImageSizeWarning",
     "OnCorrupt",
     "PipelineError",
     "StaleCacheError",

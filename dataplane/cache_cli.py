@@ -16,6 +16,7 @@ import click
 
 from cache import CacheConfig, CacheError, CacheStore, FillMode, UnreadableMetaError, verify
 from cache.store import reset_cache
+from dataplane.loader_cli import command_line_warnings, loader_options
 
 if TYPE_CHECKING:
     from dataplane.loader import Loader
@@ -214,15 +215,9 @@ def clear_command(path: Path, yes: bool, as_json: bool) -> None:
 @cache_group.command("build")
 @click.argument("data", type=click.Path(exists=True, path_type=Path))
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--recipe", default="train", show_default=True, help="train, eval or a custom name.")
-@click.option("--size", type=click.IntRange(min=1), default=None, help="Output side in pixels.")
-@click.option("--channels", type=click.Choice(["1", "3"]), default=None)
+@loader_options
 @click.option("--variants", type=click.IntRange(min=1, max=65535), default=4, show_default=True)
 @click.option("--max-bytes", default="8G", show_default=True, help="Size bound, e.g. 8G, 512M.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="DALI threads.")
 @click.option("--rebuild", is_flag=True, help="Clear a stale or existing cache first.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -231,13 +226,14 @@ def build_command(
     path: Path,
     recipe: str,
     size: int | None,
-    channels: str | None,
-    variants: int,
-    max_bytes: str,
+    channels: int | None,
     batch_size: int,
     seed: int,
-    device: str,
+    device: str | None,
     threads: int | None,
+    on_corrupt: str,
+    variants: int,
+    max_bytes: str,
     rebuild: bool,
     as_json: bool,
     progress: bool,
@@ -263,10 +259,15 @@ def build_command(
     Fewer ``--variants`` than the cache was built with keep the records of the
     others, unused: the output says so (``variants_change`` with ``--json``), and
     ``dataplane cache verify --repair`` deletes them.
+
+    The loader's options (``--recipe`` ... ``--on-corrupt``) are those of ``dataplane
+    iterate``. With ``--on-corrupt skip`` corrupt images are skipped (never cached; a
+    warning names them) instead of stopping the build.
     """
     import warnings
 
     from dataplane import CacheWarning, DataplaneError, Loader
+    from dataplane.errors import cli_message
 
     try:
         config = CacheConfig(
@@ -278,7 +279,7 @@ def build_command(
         )
     except CacheError as exc:
         raise click.BadParameter(str(exc)) from exc
-    with warnings.catch_warnings():
+    with command_line_warnings():
         # The build reports what the loader would warn about (unusable, full, failed).
         warnings.filterwarnings("ignore", category=CacheWarning)
         try:
@@ -287,16 +288,17 @@ def build_command(
                 batch_size=batch_size,
                 recipe=recipe,
                 size=size,
-                channels=int(channels) if channels else None,
+                channels=channels,
                 shuffle=False,
                 seed=seed,
-                device=None if device == "auto" else device,
+                device=device,
                 num_threads=threads,
+                on_corrupt=on_corrupt,
                 cache=config,
                 normalize=False,
             )
         except DataplaneError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(cli_message(exc)) from exc
         store = loader.cache_store
         change = store.variants_change if store is not None else None
         try:
@@ -305,7 +307,7 @@ def build_command(
             )
             info = loader.cache_store.info()
         except DataplaneError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(cli_message(exc)) from exc
         finally:
             loader.close()
     doc = {

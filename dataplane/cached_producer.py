@@ -81,7 +81,6 @@ import dataclasses
 import datetime as _dt
 import logging
 import queue
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +97,7 @@ from cache import (
 )
 from cache import StaleCacheError as _CacheStaleError
 from dataplane.background import BackgroundProducer
-from dataplane.errors import CacheWarning, StaleCacheError
+from dataplane.errors import CacheWarning, StaleCacheError, warn_user
 from dataplane.producer import (
     BatchProducer,
     BatchRequest,
@@ -307,9 +306,9 @@ class LoaderCache:
             return
         change = self.store.variants_change
         if change is not None and change.unused:
-            # In the user's thread, from Loader(...) (LoaderCache <- Loader._open_cache <-
-            # Loader.__init__ <- the caller); the store logged it at INFO.
-            warnings.warn(change.message, CacheWarning, stacklevel=4)
+            # In the user's thread, from Loader(...), pointing at that call; the store
+            # logged it at INFO.
+            warn_user(change.message, CacheWarning)
 
     # -- state -------------------------------------------------------------------------
     @property
@@ -354,19 +353,21 @@ class LoaderCache:
             self.warn("disabled", reason)
 
     def warn(self, key: str, message: str) -> None:
-        """Log ``message`` now and issue it as a :class:`CacheWarning` from the
-        consumer's thread (:meth:`issue_warnings`); once per loader and ``key``."""
+        """Issue ``message`` as a :class:`CacheWarning` from the consumer's thread
+        (:meth:`issue_warnings`), once per loader and ``key``; logged now at DEBUG only
+        (a WARNING record would be printed a second time where logging is not set up)."""
         if key in self._warned:
             return
         self._warned.add(key)
-        logger.warning("%s", message)
+        logger.debug("%s", message)
         self._pending.append(message)
 
     def issue_warnings(self) -> None:
-        """``warnings.warn`` what :meth:`warn` collected (call from the user's thread)."""
+        """``warnings.warn`` what :meth:`warn` collected (call from the user's thread),
+        pointing at the user's line (the ``for`` loop, the ``Loader(...)`` call)."""
         pending, self._pending = self._pending, []
         for message in pending:
-            warnings.warn(message, CacheWarning, stacklevel=3)
+            warn_user(message, CacheWarning)
 
     def end_pass(self, stats: CacheStats) -> None:
         """Warn (once each) about a cache that stopped admitting or serving during the pass."""

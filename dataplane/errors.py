@@ -6,6 +6,10 @@ can catch one type. Messages name the bad value and how to fix it.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 import cache.errors
 
 
@@ -53,11 +57,55 @@ SKIP_HINT = "pass on_corrupt='skip' to skip and count corrupt samples"
 #: ... and how a command line says it (``dataplane iterate --on-corrupt skip``).
 CLI_SKIP_HINT = "pass --on-corrupt skip to skip and count corrupt samples"
 
+#: Python-API spellings in messages and the options of the ``dataplane`` commands that
+#: build a Loader (``iterate``, ``cache build``, ``train``, ``doctor``) that say the same.
+CLI_SPELLINGS: tuple[tuple[str, str], ...] = (
+    (SKIP_HINT, CLI_SKIP_HINT),
+    ("device='cuda'", "--device cuda"),
+    ("device='cpu'", "--device cpu"),
+    ("device=None", "--device auto"),
+    ("; see loader.last_epoch_stats.skipped", ""),
+)
 
-def cli_message(error: BaseException) -> str:
-    """``error``'s message for a command line: the Python-API hint of a
-    :class:`DataError` is replaced by the ``--on-corrupt skip`` option."""
-    return str(error).replace(SKIP_HINT, CLI_SKIP_HINT)
+
+def cli_message(error: BaseException | Warning | str) -> str:
+    """``error``'s message for a command line: its Python-API hints are replaced by
+    the command-line options that say the same (:data:`CLI_SPELLINGS`), e.g.
+    ``on_corrupt='skip'`` by ``--on-corrupt skip`` and ``device='cpu'`` by
+    ``--device cpu``."""
+    text = str(error)
+    for api, cli in CLI_SPELLINGS:
+        text = text.replace(api, cli)
+    return text
+
+
+#: Folders whose frames :func:`warn_user` skips: the data plane and its cache.
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, cache.errors.__file__)
+)
+
+
+def warn_user(message: str, category: type[Warning]) -> None:
+    """``warnings.warn(message, category)`` attributed to the user's line.
+
+    The warning points at the first caller outside :mod:`dataplane` and :mod:`cache`
+    (the ``for`` loop over a Loader, the ``Loader(...)`` call), however deep in the
+    loader it is issued: what ``skip_file_prefixes`` does on Python 3.12, computed
+    here for 3.10 and 3.11. A warning filter on the user's module applies to it.
+
+    Parameters
+    ----------
+    message : str
+        The warning's text.
+    category : type of Warning
+        :class:`CorruptSampleWarning` or :class:`CacheWarning`.
+    """
+    level = 2  # warn_user's caller
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 class DataError(DataplaneError):
@@ -105,3 +153,12 @@ class CacheWarning(UserWarning):
     """The loader's cache cannot serve or admit as configured (unwritable, disk full,
     ``max_bytes`` reached, unreadable); the loader goes on with fresh samples. Also
     issued when fewer ``variants`` than the cache holds leave records unused."""
+
+
+class MixedImageSizeWarning(UserWarning):
+    """The images probed to infer a Loader's output ``size`` differ in size.
+
+    Issued by ``Loader(...)`` when it infers ``size`` (none given to the Loader or
+    its recipe): it takes the median shorter side of the probed images and names
+    their range; pass ``size=`` to choose the output side instead.
+    """

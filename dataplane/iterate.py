@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 
 from dataplane.errors import DataplaneError, cli_message
-from dataplane.plan import MAX_SEED
+from dataplane.loader_cli import command_line_warnings, loader_options
+from dataplane.plan import LastBatchPolicy
 
 
 def peak_rss_bytes() -> int:
@@ -26,80 +27,78 @@ def peak_rss_bytes() -> int:
 @click.command("iterate")
 @click.argument("data", type=click.Path(exists=True, path_type=Path))
 @click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--recipe", default="train", show_default=True, help="train, eval or a custom name.")
-@click.option(
-    "--size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Output side in pixels [default: the images' own].",
-)
-@click.option(
-    "--device",
-    type=click.Choice(["auto", "cpu", "cuda"]),
-    default="auto",
-    show_default=True,
-    help="auto = CUDA when available.",
-)
-@click.option(
-    "--num-threads",
-    type=click.IntRange(min=1),
-    default=None,
-    help="DALI threads [default: available cores].",
-)
+@loader_options
 @click.option("--shuffle/--no-shuffle", default=True, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0, max=MAX_SEED - 1), default=0, show_default=True)
 @click.option(
-    "--on-corrupt", type=click.Choice(["raise", "skip"]), default="raise", show_default=True
+    "--last-batch",
+    type=click.Choice([policy.value for policy in LastBatchPolicy]),
+    default=LastBatchPolicy.PARTIAL.value,
+    show_default=True,
+    help="The samples that do not fill a last batch: drop them, yield a shorter batch, or "
+    "fill it up with the epoch's first samples again.",
+)
+@click.option(
+    "--normalize/--no-normalize",
+    default=True,
+    show_default=True,
+    help="Float32 normalized images, or the uint8 images as augmented.",
 )
 def iterate_command(
     data: Path,
     epochs: int,
-    batch_size: int,
     recipe: str,
     size: int | None,
-    device: str,
-    num_threads: int | None,
-    shuffle: bool,
+    channels: int | None,
+    batch_size: int,
     seed: int,
+    device: str | None,
+    threads: int | None,
     on_corrupt: str,
+    shuffle: bool,
+    last_batch: str,
+    normalize: bool,
 ) -> None:
     """Iterate DATA (image folder or Parquet) and print images/s per epoch and peak RSS."""
     from dataplane.loader import Loader
 
-    try:
-        loader = Loader(
-            data,
-            batch_size=batch_size,
-            recipe=recipe,
-            size=size,
-            device=None if device == "auto" else device,
-            num_threads=num_threads,
-            shuffle=shuffle,
-            seed=seed,
-            on_corrupt=on_corrupt,
-        )
-    except DataplaneError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(
-        f"{loader!r}\nrecipe {loader.recipe.name} {loader.recipe.channels}x{loader.recipe.size}"
-        f"x{loader.recipe.size}, {loader.config.num_threads} DALI threads"
-    )
-    for epoch in range(epochs):
-        loader.set_epoch(epoch)
-        start = time.perf_counter()
-        images = batches = 0
+    with command_line_warnings():  # printed once each, in the command's words
         try:
-            for x, _ in loader:
-                images += int(x.shape[0])
-                batches += 1
+            loader = Loader(
+                data,
+                batch_size=batch_size,
+                recipe=recipe,
+                size=size,
+                channels=channels,
+                device=device,
+                num_threads=threads,
+                shuffle=shuffle,
+                seed=seed,
+                last_batch=last_batch,
+                on_corrupt=on_corrupt,
+                normalize=normalize,
+            )
         except DataplaneError as exc:
             raise click.ClickException(cli_message(exc)) from exc
-        seconds = time.perf_counter() - start
-        stats = loader.last_epoch_stats
-        skipped = f", skipped {stats.num_skipped}" if stats and stats.num_skipped else ""
+        side = loader.recipe.size
         click.echo(
-            f"epoch {epoch}: {batches} batches, {images} images in {seconds:.2f} s = "
-            f"{images / seconds:,.0f} images/s, peak RSS {peak_rss_bytes() / 2**20:,.0f} MiB"
-            f"{skipped}"
+            f"{loader!r}\nrecipe {loader.recipe.name} {loader.recipe.channels}x{side}x{side}, "
+            f"{loader.config.num_threads} DALI threads"
         )
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            start = time.perf_counter()
+            images = batches = 0
+            try:
+                for x, _ in loader:
+                    images += int(x.shape[0])
+                    batches += 1
+            except DataplaneError as exc:
+                raise click.ClickException(cli_message(exc)) from exc
+            seconds = time.perf_counter() - start
+            stats = loader.last_epoch_stats
+            skipped = f", skipped {stats.num_skipped}" if stats and stats.num_skipped else ""
+            click.echo(
+                f"epoch {epoch}: {batches} batches, {images} images in {seconds:.2f} s = "
+                f"{images / seconds:,.0f} images/s, peak RSS {peak_rss_bytes() / 2**20:,.0f} MiB"
+                f"{skipped}"
+            )

@@ -20,13 +20,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dataplane.errors import CorruptSampleWarning, DataError, PipelineError
+from dataplane.errors import CorruptSampleWarning, DataError, PipelineError, warn_user
 from dataplane.producer import BatchProducer, ProducedBatch
 from dataplane.stats import EpochStats
 
@@ -72,6 +71,9 @@ class LoaderIterator:
         Called with the :class:`EpochStats` when the epoch is complete.
     normalize : bool
         Return float32 normalized images (True) or the uint8 images as produced.
+    pin_memory : bool
+        Return CPU images and labels in page-locked (pinned) memory, for fast
+        asynchronous copies to a CUDA device (needs one).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class LoaderIterator:
         device: torch.device,
         on_end: Callable[[EpochStats], None],
         normalize: bool = True,
+        pin_memory: bool = False,
     ) -> None:
         self._producer = producer
         self._batches: Iterator[ProducedBatch] | None = iter(producer)
@@ -93,6 +96,7 @@ class LoaderIterator:
         self._device = device
         self._on_end = on_end
         self._normalize = normalize
+        self._pin_memory = pin_memory
         self._stats = EpochStats(epoch=cursor.epoch)
         self._started: float | None = None
         self._superseded = False
@@ -136,6 +140,8 @@ class LoaderIterator:
         labels = torch.from_numpy(self._labels[produced.indices])
         if self._device.type != "cpu":
             labels = labels.to(self._device, non_blocking=True)
+        elif self._pin_memory:
+            images, labels = images.pin_memory(), labels.pin_memory()
         self._stats.batches += 1
         self._stats.samples += int(images.shape[0])
         self._stats.skipped.extend(produced.skipped)
@@ -172,9 +178,16 @@ class LoaderIterator:
                 f"skipped {stats.num_skipped} corrupt or unreadable sample(s) in epoch "
                 f"{stats.epoch}: {shown}{more}; see loader.last_epoch_stats.skipped"
             )
-            logger.warning(message)
-            warnings.warn(message, CorruptSampleWarning, stacklevel=3)
+            # Once, as a warning at the user's loop; the log has it at DEBUG only (with no
+            # logging configured, a WARNING record would be printed a second time).
+            logger.debug("%s", message)
+            warn_user(message, CorruptSampleWarning)
         self._on_end(stats)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the pass is over: exhausted, closed or superseded."""
+        return self._batches is None
 
     def supersede(self) -> None:
         """Close on behalf of the loader, which starts another pass: a later

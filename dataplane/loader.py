@@ -10,7 +10,6 @@ cache-backed :class:`~dataplane.cached_producer.CachedBatchProducer`).
 from __future__ import annotations
 
 import functools
-import io
 import logging
 import os
 import weakref
@@ -21,11 +20,12 @@ import numpy as np
 import xxhash
 
 from cache import CacheConfig
-from dataplane.config import LoaderConfig
+from dataplane.config import LoaderConfig, is_integral
 from dataplane.errors import ConfigError, DatasetError
 from dataplane.iterator import Cursor, LoaderIterator
 from dataplane.plan import EpochPlan, LastBatchPolicy
 from dataplane.producer import BatchRequest, OnCorrupt, ProducerContext, ProducerFactory
+from dataplane.shape import infer_image_shape
 from dataplane.sources import FileListSource, Source, open_source
 from dataplane.stats import CacheStats, EpochStats
 
@@ -51,47 +51,6 @@ def _as_source(data: Any) -> Source:
     )
 
 
-#: Samples :func:`_infer_image_shape` opens at most, spread over the dataset.
-SHAPE_PROBES = 16
-
-
-def _infer_image_shape(source: Source, labels: np.ndarray | None = None) -> tuple[int, int]:
-    """(size, channels) inferred from a few samples' headers (no pixels are decoded).
-
-    Size: the shorter side of the first probed sample that can be read (probes are
-    tried in index order). Channels: 3 if any of the probed samples is in colour,
-    else 1. Probed: up to :data:`SHAPE_PROBES` samples spread evenly over the
-    dataset (the first included) and the first sample of each of up to
-    :data:`SHAPE_PROBES` classes.
-    """
-    from PIL import Image, UnidentifiedImageError
-
-    n = len(source)
-    probes = set(np.linspace(0, n - 1, num=min(n, SHAPE_PROBES)).round().astype(int).tolist())
-    if labels is not None and labels.size:
-        probes.update(np.unique(labels, return_index=True)[1][:SHAPE_PROBES].tolist())
-    size: int | None = None
-    channels = 1
-    for index in sorted(probes):
-        try:
-            with Image.open(io.BytesIO(source.read(index))) as image:
-                width, height = image.size
-                colour = image.mode not in ("1", "L", "I", "I;16", "F")
-        except (OSError, UnidentifiedImageError, ValueError):
-            continue
-        if size is None:
-            size = min(width, height)
-        if colour:
-            channels = 3
-            break
-    if size is None:
-        raise DatasetError(
-            f"cannot infer the image size: none of {len(probes)} samples spread over the "
-            "dataset could be read as an image; pass size= and channels= to the Loader"
-        )
-    return size, channels
-
-
 class Loader:
     """Iterate a labelled image dataset as normalized torch batches, decoded by DALI.
 
@@ -104,23 +63,35 @@ class Loader:
     batch_size : int
         Samples per batch (per rank).
     recipe : str or preprocessing.Recipe
-        ``"train"``, ``"eval"``, a custom registered name, or a Recipe.
+        ``"train"``, ``"eval"``, a custom registered name, or a Recipe (from
+        :func:`preprocessing.make_recipe`). What the recipe leaves to the data
+        (a name: size and channels; ``make_recipe`` without ``size=``/``channels=``:
+        those) is inferred from the images, and :attr:`recipe` is the resolved recipe.
     size : int, optional
-        Output side in pixels. Default: the recipe's size for a Recipe, else the
-        shorter side of the first readable image among the samples probed for
-        ``channels`` (tried in index order; the first sample is one of them).
+        Output side in pixels, overriding the recipe's. Default: the recipe's if it
+        has one, else the median shorter side of up to 32 probed samples (16 spread
+        over the dataset and the first sample of each class); a
+        :class:`~dataplane.errors.MixedImageSizeWarning` names their range when they
+        differ. See :func:`dataplane.shape.infer_image_shape`.
     channels : {1, 3}, optional
-        Output channels. Default: the recipe's for a Recipe, else 3 if any of up to
-        16 samples spread over the dataset, or the first sample of a class, is in
-        colour, and 1 otherwise (a grayscale image among colour ones is expanded
-        to 3 channels). Pass ``channels=`` when colour images are rare.
+        Output channels, overriding the recipe's. Default: the recipe's if it has
+        them, else 3 if any of the probed samples is in colour, and 1 otherwise (a
+        grayscale image among colour ones is expanded to 3 channels). Pass
+        ``channels=`` when colour images are rare.
     shuffle : bool
         A new order every epoch, from ``(seed, epoch)``.
     seed : int
         Seed of the order and of augmentation (same on all ranks), in
-        ``0 <= seed < 2**48``.
-    last_batch : LastBatchPolicy or {"drop", "partial", "pad"}
-        Handling of the last incomplete batch; see :mod:`dataplane.plan`.
+        ``0 <= seed < 2**48``. The default 0, as for torch's ``DistributedSampler``,
+        keeps every rank in agreement; the order does not follow ``torch.manual_seed``
+        (vary ``seed=`` for another order). The order of epoch ``e`` is a function of
+        ``(seed, epoch)`` only; its random augmentation is not: the DALI pipeline, and
+        its random state, is reused from pass to pass, so the pixels of epoch ``e``
+        also depend on what the loader ran before (a fresh loader's ``set_epoch(3)``
+        gives the order of epoch 3 of an uninterrupted run, with other crops and flips).
+    last_batch : LastBatchPolicy or {"drop", "partial", "pad"}, optional
+        Handling of the last incomplete batch; see :mod:`dataplane.plan`. Default
+        ``"partial"`` (or as ``drop_last`` says).
     device : {"cpu", "cuda"} or None
         ``"cpu"``: DALI CPU-only, CPU tensors. ``"cuda"``: GPU decode, CUDA
         tensors on torch's current device. ``None``: CUDA when available.
@@ -129,8 +100,8 @@ class Loader:
         group is initialised, else one shard.
     num_threads : int, optional
         DALI worker threads (default: cores available to this process).
-    prefetch : int
-        Batches prepared ahead of the training loop (bounds memory).
+    prefetch : int, optional
+        Batches prepared ahead of the training loop (bounds memory); default 2.
     on_corrupt : {"raise", "skip"}
         A corrupt or unreadable image raises ``DataError`` (naming index and file)
         or is skipped, counted in :attr:`last_epoch_stats` and reported with a
@@ -162,16 +133,73 @@ class Loader:
         (or as cached), for a training step that normalizes them itself, e.g. on
         the GPU with :func:`preprocessing.normalize` or inside the model; on a CPU
         this skips writing 4 bytes per pixel, the largest cost of serving a cache.
+    drop_last, num_workers, prefetch_factor, pin_memory, persistent_workers
+        ``torch.utils.data.DataLoader``'s options, for a one-line swap; see the table
+        in the notes.
+    **torch_options
+        The other ``DataLoader`` options (``sampler=``, ``collate_fn=``, ...): accepted
+        at torch's default value, where they have no effect, else refused with a
+        ``ConfigError`` naming what to use instead. Any other name raises
+        ``TypeError``, as for any function.
 
     Notes
     -----
+    **Passes and epochs.** Each ``iter(loader)`` (a ``for`` loop) is a pass over
+    the current epoch :attr:`epoch`, which starts at 0 and advances by one
+
+    - after a complete pass, and
+    - at the next ``iter(loader)`` after a pass that yielded at least one batch and
+      was left unfinished (``break``, ``next(iter(loader))``, ``zip`` stopping on a
+      shorter or another iterator, :meth:`close`, an error), so that, as with
+      torch's ``DataLoader``, a new iterator brings a new order (and, with ``cache=``,
+      the next variant) rather than a replay. A pass that yielded nothing does not
+      advance the epoch.
+
+    :meth:`set_epoch` and :meth:`load_state_dict` choose the epoch (and position)
+    explicitly; the next ``iter(loader)`` then covers exactly that, whatever the pass
+    before did. Under DDP every rank runs the same steps, so the epochs of all
+    ranks advance alike; calling ``set_epoch(epoch)`` before each pass, as with a
+    ``DistributedSampler``, makes this explicit.
+
     A Loader has one live iterator at a time, unlike ``torch.utils.data.DataLoader``:
-    ``iter(loader)`` (a ``for`` loop), :meth:`set_epoch` and :meth:`load_state_dict`
-    close the pass in progress, and the closed iterator's next ``__next__`` raises
-    ``RuntimeError`` rather than ending early without a sign. A full pass, a pass
-    left with ``break``, a peek with ``next(iter(loader))`` or :meth:`close` all
-    leave the loader ready for the next ``iter(loader)``. For two consumers at once
-    (e.g. ``zip``), build two Loaders.
+    ``iter(loader)``, :meth:`set_epoch` and :meth:`load_state_dict` close the pass in
+    progress, and the closed iterator's next ``__next__`` raises ``RuntimeError``
+    rather than ending early without a sign. For two consumers at once (e.g.
+    ``zip``), build two Loaders.
+
+    **Coming from torch's DataLoader.** ``DataLoader(ds, batch_size=256,
+    shuffle=True, num_workers=8, pin_memory=True, drop_last=True)`` becomes
+    ``Loader(path, batch_size=256, shuffle=True, num_workers=8, pin_memory=True,
+    drop_last=True)``. Its options map as follows:
+
+    ===========================  =================================================================
+    ``DataLoader`` option        ``Loader``
+    ===========================  =================================================================
+    ``dataset``                  ``data`` (a path, Source or list); :attr:`dataset` is the Source
+    ``batch_size``               ``batch_size`` (keyword only)
+    ``shuffle``                  ``shuffle``; the order comes from ``seed``, not torch's RNG
+    ``drop_last``                ``last_batch``: True is ``"drop"``, False ``"partial"``
+    ``num_workers``              ``num_threads``: DALI threads of this process, not worker
+                                 processes; ``num_workers=0`` means 1 thread
+    ``prefetch_factor``          ``prefetch``: batches prepared ahead in all, not per worker
+    ``pin_memory``               a CPU loader pins the yielded tensors when a CUDA device is
+                                 present; otherwise no effect, as in torch
+    ``persistent_workers``       accepted, no effect: the DALI pipelines persist across passes
+    ``sampler``                  ``shuffle``, ``seed``, ``rank``/``world_size``, :meth:`set_epoch`
+    ``batch_sampler``            ``batch_size``, ``shuffle``, ``drop_last``
+    ``collate_fn``               none: batches are ``(images, labels)`` tensors; post-process
+                                 them in the loop, or transform samples in ``recipe=``
+    ``generator``                ``seed``
+    ``worker_init_fn``           none: DALI threads run no Python
+    ``multiprocessing_context``  none: there are no worker processes
+    ``timeout``                  none: there is no per-batch timeout
+    ``in_order``                 none: batches always come in the epoch's order
+    ``pin_memory_device``        none: ``pin_memory=True``, or ``device="cuda"``
+    ===========================  =================================================================
+
+    ``drop_last``, ``num_workers`` and ``prefetch_factor`` may be given together with
+    their equivalent only when both agree (``drop_last=False`` agrees with
+    ``"partial"`` and ``"pad"``).
 
     Raises
     ------
@@ -208,20 +236,32 @@ class Loader:
         channels: int | None = None,
         shuffle: bool = False,
         seed: int = 0,
-        last_batch: LastBatchPolicy | str = LastBatchPolicy.PARTIAL,
+        last_batch: LastBatchPolicy | str | None = None,
         device: Device | str | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         num_threads: int | None = None,
-        prefetch: int = 2,
+        prefetch: int | None = None,
         on_corrupt: OnCorrupt | str = OnCorrupt.RAISE,
         producer: ProducerFactory | None = None,
         cache: CacheConfig | None = None,
         normalize: bool = True,
+        drop_last: bool | None = None,
+        num_workers: int | None = None,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        **torch_options: Any,
     ) -> None:
         import torch
 
-        from preprocessing import PreprocessingError, Recipe, make_recipe, resolve_device
+        from preprocessing import (
+            PreprocessingError,
+            Recipe,
+            RecipeError,
+            make_recipe,
+            resolve_device,
+        )
 
         self.config = LoaderConfig.create(
             batch_size=batch_size,
@@ -235,6 +275,12 @@ class Loader:
             on_corrupt=on_corrupt,
             producer=producer,
             normalize=normalize,
+            drop_last=drop_last,
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            torch_options=torch_options,
         )
         if not isinstance(recipe, str | Recipe):
             raise ConfigError(
@@ -261,15 +307,29 @@ class Loader:
                 f"the dataset {self.source!r} is empty; it needs at least one sample"
             )
         self._labels = self._load_labels()
+        inferred: list[str] = []  # what neither the recipe nor the Loader's arguments fix
         try:
-            if isinstance(recipe, str) and (size is None or channels is None):
-                inferred_size, inferred_channels = _infer_image_shape(self.source, self._labels)
-                size = inferred_size if size is None else size
-                channels = inferred_channels if channels is None else channels
-            self.recipe: Recipe = make_recipe(recipe, size=size, channels=channels)
+            base = make_recipe(recipe) if isinstance(recipe, str) else recipe
+            given = {"size": size, "channels": channels}
+            inferred = [f for f in base.unresolved if given[f] is None]
+            if inferred:
+                inferred_size, inferred_channels = infer_image_shape(
+                    self.source, self._labels, warn_mixed_sizes="size" in inferred
+                )
+                size = inferred_size if "size" in inferred else size
+                channels = inferred_channels if "channels" in inferred else channels
+            self.recipe: Recipe = make_recipe(base, size=size, channels=channels)
             self.device: Device = resolve_device(device)
         except PreprocessingError as exc:
-            raise ConfigError(str(exc)) from exc
+            note = ""
+            if inferred and isinstance(exc, RecipeError):
+                values = {"size": size, "channels": channels}
+                note = (
+                    f" ({', '.join(f'{f}={values[f]}' for f in inferred)} inferred from the "
+                    f"images; pass {' and '.join(f + '=' for f in inferred)} to the Loader to "
+                    "choose)"
+                )
+            raise ConfigError(f"{exc}{note}") from exc
         self.plan = EpochPlan(
             num_samples=n,
             batch_size=self.config.batch_size,
@@ -285,10 +345,17 @@ class Loader:
         else:
             self._device_id = None
             self.torch_device = torch.device("cpu")
+        # torch pins only where a CUDA device could use the pages; so do we.
+        self._pin_memory = (
+            self.config.pin_memory and self.device.value == "cpu" and torch.cuda.is_available()
+        )
         self._checked = np.zeros(n, dtype=bool)
         self._producer_state: dict[Any, Any] = {}
         self._cursor = Cursor()
         self._resume: tuple[int, int] | None = None
+        # (epoch, first batch) of the last pass iter() started; None once it is complete or
+        # set_epoch()/load_state_dict() chose the position since.
+        self._last_pass: tuple[int, int] | None = None
         self._active: weakref.ReferenceType[LoaderIterator] | None = None
         #: Counts of the last completed epoch (``None`` before the first).
         self.last_epoch_stats: EpochStats | None = None
@@ -362,20 +429,51 @@ class Loader:
         return self.config.batch_size
 
     @property
+    def dataset(self) -> Source:
+        """The :class:`~dataplane.sources.Source` iterated (``len(loader.dataset)`` is
+        its number of samples, as for torch's ``DataLoader``)."""
+        return self.source
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the last incomplete batch is dropped (``last_batch="drop"``)."""
+        return self.config.last_batch is LastBatchPolicy.DROP
+
+    def _left_unfinished(self) -> bool:
+        """Whether the last pass yielded a batch and stopped before its end, so that the
+        next ``iter(loader)`` starts the next epoch."""
+        last = self._last_pass
+        cursor = self._cursor
+        return last is not None and cursor.epoch == last[0] and cursor.position > last[1]
+
+    @property
     def epoch(self) -> int:
-        """The epoch the next iteration covers."""
+        """The epoch of the pass in progress, or else of the next ``iter(loader)``.
+
+        Between passes it is one more than ``state_dict()["epoch"]`` after a pass left
+        unfinished (see the class notes), and equal otherwise.
+        """
+        active = self._active() if self._active is not None else None
+        if self._left_unfinished() and (active is None or active.closed):
+            return self._cursor.epoch + 1
         return self._cursor.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next iteration (its order when shuffling).
 
-        A position loaded with :meth:`load_state_dict` is kept when ``epoch`` is
-        the loaded epoch and dropped otherwise. Without calls to ``set_epoch`` the
-        epoch advances by one after each complete pass.
+        Call it before each pass, as with torch's ``DistributedSampler``; ``epoch`` is
+        any non-negative integer (``int`` or a numpy integer). The next
+        ``iter(loader)`` covers ``epoch`` from its start, even after a pass left
+        unfinished. A position loaded with :meth:`load_state_dict` is kept when
+        ``epoch`` is the loaded epoch and dropped otherwise. Without calls to
+        ``set_epoch`` the epoch advances by one after each complete pass and at the
+        ``iter(loader)`` after a pass left unfinished (see the class notes).
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        if not is_integral(epoch) or epoch < 0:
             raise ConfigError(f"epoch must be a non-negative int, not {epoch!r}")
+        epoch = int(epoch)
         self._close_active()
+        self._last_pass = None
         if self._resume is not None and self._resume[0] != epoch:
             self._resume = None
         self._cursor.epoch = epoch
@@ -402,6 +500,12 @@ class Loader:
         its random state inside the pipeline, which is reused from pass to pass and cannot
         be saved, so a resumed pass draws from a new seed (a function of seed, epoch, rank
         and position) where the uninterrupted one went on drawing.
+
+        The state describes the current or last iterator, as in torchdata's
+        ``StatefulDataLoader``: after a pass left unfinished (``break``) it holds that
+        pass's epoch and the batches it yielded, so a loader restored from it resumes
+        that pass, while this loader's own next ``iter(loader)`` starts the next epoch
+        (see the class notes; :attr:`epoch` is then one more than ``state["epoch"]``).
         """
         return {
             "version": STATE_VERSION,
@@ -432,19 +536,19 @@ class Loader:
                 )
         epoch, done = state.get("epoch"), state.get("batches_done")
         if (
-            isinstance(epoch, bool)
-            or not isinstance(epoch, int)
+            not is_integral(epoch)
             or epoch < 0
-            or isinstance(done, bool)
-            or not isinstance(done, int)
-            or not 0 <= done <= len(self)
+            or not is_integral(done)
+            or not 0 <= int(done) <= len(self)
         ):
             raise ConfigError(
                 f"malformed loader state: epoch={epoch!r}, batches_done={done!r}; epoch must "
                 f"be a non-negative int and batches_done an int in 0..{len(self)}: pass what "
                 "Loader.state_dict() returned"
             )
+        epoch, done = int(epoch), int(done)
         self._close_active()
+        self._last_pass = None
         self._resume = (epoch, done)
         self._cursor.epoch = epoch
         self._cursor.position = done
@@ -466,10 +570,19 @@ class Loader:
         return xxhash.xxh64_intdigest(key) % (2**31 - 1)
 
     def __iter__(self) -> LoaderIterator:
-        """A pass over the current epoch, from the resume position if one was loaded."""
+        """A pass over the current epoch, from the resume position if one was loaded.
+
+        After a pass that yielded at least one batch and was left unfinished, and with
+        no :meth:`set_epoch` or :meth:`load_state_dict` since, the pass covers the next
+        epoch from its start (a new order, as torch's ``DataLoader`` draws one on every
+        ``iter()``); see the class notes.
+        """
         from dataplane.dali_producer import DaliBatchProducer
 
         self._close_active()
+        if self._left_unfinished():
+            self._cursor.epoch += 1
+            self._cursor.position = 0
         epoch = self._cursor.epoch
         if self._resume is not None and self._resume[0] == epoch:
             start = self._resume[1]
@@ -477,6 +590,7 @@ class Loader:
             start = 0
         self._resume = None
         self._cursor.position = start
+        self._last_pass = (epoch, start)
         requests = [
             BatchRequest(k, indices)
             for k, indices in enumerate(self.plan.batches(epoch, start), start)
@@ -509,6 +623,7 @@ class Loader:
             device=self.torch_device,
             on_end=functools.partial(self._end_epoch, cache_stats=cache_stats),
             normalize=self.config.normalize,
+            pin_memory=self._pin_memory,
         )
         self._active = weakref.ref(iterator)
         return iterator
@@ -522,6 +637,7 @@ class Loader:
         if self._cursor.epoch == stats.epoch:
             self._cursor.epoch = stats.epoch + 1
             self._cursor.position = 0
+            self._last_pass = None
 
     def close(self) -> None:
         """Stop the current pass, if any, and release its threads and kept pipelines.

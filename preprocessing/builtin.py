@@ -9,11 +9,15 @@
     ``0 < lo <= hi <= 1``, default ``[0.08, 1.0]``), ``aspect_ratio`` (finite,
     ``0 < lo <= hi``, default ``[3/4, 4/3]``), ``flip``
     (default ``True``), ``randaugment`` (``None`` or ``[n, m]``: ``n`` operations of
-    magnitude ``m`` in ``0..30``).
+    magnitude ``m`` in ``0..30``; on 1 channel, without RandAugment's ``color``
+    operation, a saturation change, which grayscale images do not have).
 ``eval``
     Resize the shorter side to ``size / crop_fraction`` then center-crop
     ``size x size``, CHW uint8 output. Option: ``crop_fraction`` in [0.1, 1]
-    (default 0.875, i.e. 224 out of 256).
+    (default 0.875, i.e. 224 out of 256). With the default, ``eval`` at the images'
+    own size is not the identity: 28 px images are resized to 32 px, then their
+    central 28 px are kept (a zoom by 32/28, the ImageNet convention). Pass
+    ``crop_fraction=1`` for the images' own pixels (what ``ToTensor`` gives).
 """
 
 from __future__ import annotations
@@ -151,8 +155,14 @@ def train(encoded: DataNode, recipe: Recipe, device: Device) -> DataNode:
         from nvidia.dali.auto_aug import rand_augment
 
         n, m = randaugment
+        # RandAugment's "color" (saturation) does nothing to grayscale images, and DALI's
+        # saturation operator needs 3 channels (on one it crashes the process): left out.
         images = rand_augment.rand_augment(
-            images, n=int(n), m=int(m), shape=(recipe.size, recipe.size)
+            images,
+            n=int(n),
+            m=int(m),
+            shape=(recipe.size, recipe.size),
+            excluded=["color"] if recipe.channels == 1 else None,
         )
     mirror = fn.random.coin_flip(probability=0.5) if recipe.option("flip") else 0
     return to_chw(images, mirror=mirror)
@@ -179,7 +189,14 @@ def _validate_eval(options: Mapping[str, Any]) -> None:
     _builtin=True,
 )
 def eval_(encoded: DataNode, recipe: Recipe, device: Device) -> DataNode:
-    """Resize the shorter side to ``size / crop_fraction``, center-crop ``size``."""
+    """Resize the shorter side to ``size / crop_fraction``, center-crop ``size``.
+
+    With the default ``crop_fraction`` 0.875 this is not the identity even at the
+    images' own size: 28 px images are resized to ``round(28 / 0.875)`` = 32 px and
+    their central 28 x 28 px kept, so the pixels differ from the decoded image
+    (torchvision's ``ToTensor``). ``crop_fraction=1`` resizes to ``size`` itself:
+    at the images' own size (square images), the decoded pixels unchanged.
+    """
     from nvidia.dali import fn, types
 
     images = decode(encoded, recipe, device)

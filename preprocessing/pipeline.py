@@ -67,7 +67,14 @@ def build_pipeline(
     -------
     nvidia.dali.pipeline.Pipeline
         Built, with one output: uint8 CHW images ``(channels, size, size)``.
+
+    Raises
+    ------
+    RecipeError
+        If ``recipe`` takes its size or channels from the data (unresolved: give
+        ``size=`` and ``channels=`` to ``make_recipe``), or DALI cannot build its graph.
     """
+    recipe.require_resolved("build its DALI pipeline")
     from nvidia.dali import fn, pipeline_def, types
 
     if device is Device.CPU:

@@ -11,6 +11,16 @@ Normalization (mean/std, float32) is not part of the graph; it is applied by the
 consumer on the target device with :func:`preprocessing.normalize`, so that the
 cached and served layout is compact uint8.
 
+Size and channels from the data
+-------------------------------
+``make_recipe("train", randaugment=(2, 9))`` leaves ``size`` and ``channels``
+(and the mean/std defaults, which depend on ``channels``) to the data: a
+``Loader`` infers them from the images, exactly as for ``recipe="train"``, and
+``loader.recipe`` is the resolved recipe, whose fingerprint is that of
+``make_recipe("train", size=..., channels=..., randaugment=(2, 9))``. Used
+without a Loader (e.g. :func:`preprocessing.build_pipeline`), a recipe needs
+``size=`` and ``channels=``; an unresolved one says so.
+
 Custom recipes
 --------------
 Register a function ``build(encoded, recipe, device) -> DataNode``::
@@ -28,6 +38,9 @@ Register a function ``build(encoded, recipe, device) -> DataNode``::
 
     recipe = make_recipe("rotate", size=64, channels=1, max_angle=5.0)
 
+The function reads ``recipe.size`` and ``recipe.channels``; given to a Loader,
+``make_recipe("rotate", max_angle=5.0)`` gets them from the images.
+
 The function's source text (when Python can read it) and ``version`` enter the
 fingerprint, so editing the function invalidates samples cached with it.
 """
@@ -39,7 +52,7 @@ import inspect
 import json
 import math
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -208,23 +221,60 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-@dataclasses.dataclass(frozen=True, eq=True)
+#: The fields of a :class:`Recipe`, in the order of its constructor's parameters.
+RECIPE_FIELDS = ("name", "size", "channels", "mean", "std", "options")
+
+
+def _stats(what: str, values: Any, channels: int | None) -> tuple[float, ...]:
+    """``values`` as a tuple of finite floats, one per channel when ``channels`` is known."""
+    count = "one finite number per channel" if channels is None else f"{channels} finite number(s)"
+    bad = RecipeError(
+        f"recipe {what} must be a sequence of {count} (fractions of 255), not {values!r}"
+    )
+    if isinstance(values, str | bytes):
+        raise bad
+    try:
+        out = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise bad from None
+    if any(isinstance(v, str | bytes | bool) for v in values) or not all(
+        math.isfinite(v) for v in out
+    ):
+        raise bad
+    if channels is not None and len(out) != channels:
+        raise RecipeError(
+            f"recipe {what} has {len(out)} value(s) but channels={channels}; "
+            f"give one value per channel"
+        )
+    if not out:
+        raise bad
+    return out
+
+
 class Recipe:
     """A recipe: a registered definition plus its parameters (immutable).
+
+    ``size`` and ``channels`` may be left to the data (``None``, the default): a
+    ``Loader`` given the recipe then infers them from the images, exactly as for a
+    recipe given by name, and ``loader.recipe`` is the resolved recipe. Until then
+    the recipe is *unresolved*: it has no :meth:`fingerprint`, and reading its
+    ``size`` or ``channels`` (as building its DALI pipeline does) raises a
+    :class:`RecipeError` that says to give ``size=`` and ``channels=``.
 
     Parameters
     ----------
     name : str
         Name of a registered definition (built-ins: ``"train"``, ``"eval"``).
-    size : int
-        Output height and width, in pixels.
-    channels : {1, 3}
-        1 decodes to grayscale, 3 to RGB.
-    mean, std : tuple of float
+    size : int, optional
+        Output height and width, in pixels; ``None``: from the data.
+    channels : {1, 3}, optional
+        1 decodes to grayscale, 3 to RGB; ``None``: from the data.
+    mean, std : sequence of float, optional
         Per-channel statistics as fractions of 255 (torchvision convention):
-        finite, ``mean`` in [0, 1], ``std`` positive; ``None`` picks
-        ImageNet's for 3 channels and 0.5/0.5 for 1 channel.
-    options : Mapping
+        finite, ``mean`` in [0, 1], ``std`` positive, one value per channel.
+        ``None`` picks ImageNet's for 3 channels and 0.5/0.5 for 1 channel, once
+        ``channels`` is known.
+    options : Mapping, optional
         Definition-specific options, merged over the definition's defaults
         (``train``: ``randaugment``, ``area``, ``aspect_ratio``, ``flip``;
         ``eval``: ``crop_fraction``).
@@ -232,118 +282,253 @@ class Recipe:
     Raises
     ------
     RecipeError
-        On an unknown name, a non-positive size, channels other than the ints 1
-        or 3, mean/std of the wrong length or not finite, a mean outside [0, 1],
-        a non-positive std, or an unknown or out-of-range option.
+        On an unknown name, a size that is not a positive int, channels other than
+        the ints 1 or 3, mean/std not finite or of the wrong length (the length is
+        checked once ``channels`` is known), a mean outside [0, 1], a non-positive
+        std, or an unknown or out-of-range option.
     """
 
-    name: str
-    size: int = 224
-    channels: int = 3
-    mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    __slots__ = ("_channels", "_definition", "_mean", "_name", "_options", "_size", "_std")
 
-    def __post_init__(self) -> None:
-        definition = get_definition(self.name)
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size <= 0:
-            raise RecipeError(f"recipe size must be a positive int (pixels), not {self.size!r}")
-        if (
-            isinstance(self.channels, bool)
-            or not isinstance(self.channels, int)
-            or self.channels not in (1, 3)
+    _name: str
+    _size: int | None
+    _channels: int | None
+    _mean: tuple[float, ...] | None
+    _std: tuple[float, ...] | None
+    _options: Mapping[str, Any]
+    _definition: RecipeDefinition
+
+    def __init__(
+        self,
+        name: str,
+        size: int | None = None,
+        channels: int | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._setup(get_definition(name), name, size, channels, mean, std, options)
+
+    def _setup(
+        self,
+        definition: RecipeDefinition,
+        name: str,
+        size: int | None,
+        channels: int | None,
+        mean: Sequence[float] | None,
+        std: Sequence[float] | None,
+        options: Mapping[str, Any] | None,
+    ) -> None:
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size <= 0):
+            raise RecipeError(
+                f"recipe size must be a positive int (pixels), not {size!r}; leave it out "
+                "(None) to take it from the data"
+            )
+        if channels is not None and (
+            isinstance(channels, bool) or not isinstance(channels, int) or channels not in (1, 3)
         ):
             raise RecipeError(
-                f"recipe channels must be 1 (grayscale) or 3 (RGB), an int, not {self.channels!r}"
+                f"recipe channels must be 1 (grayscale) or 3 (RGB), an int, not {channels!r}; "
+                "leave it out (None) to take it from the data"
             )
-        mean = self.mean
-        std = self.std
-        if mean is None:
-            mean = IMAGENET_MEAN if self.channels == 3 else GRAY_MEAN
-        if std is None:
-            std = IMAGENET_STD if self.channels == 3 else GRAY_STD
-        mean = self._stats("mean", mean)
-        std = self._stats("std", std)
-        if not all(0.0 <= m <= 1.0 for m in mean):
+        mean_values = None if mean is None else _stats("mean", mean, channels)
+        std_values = None if std is None else _stats("std", std, channels)
+        if mean_values is not None and not all(0.0 <= m <= 1.0 for m in mean_values):
             raise RecipeError(
-                f"recipe mean must be fractions of 255 in [0, 1] (0.5 = 127.5), got {mean}; "
-                "divide 0..255 values by 255"
+                f"recipe mean must be fractions of 255 in [0, 1] (0.5 = 127.5), got "
+                f"{mean_values}; divide 0..255 values by 255"
             )
-        if any(s <= 0 for s in std):
+        if std_values is not None and any(s <= 0 for s in std_values):
             raise RecipeError(
-                f"recipe std must be positive, got {std}; give fractions of 255 (0.5 = 127.5)"
+                f"recipe std must be positive, got {std_values}; give fractions of 255 "
+                "(0.5 = 127.5)"
             )
-        if not isinstance(self.options, Mapping):
-            raise RecipeError(f"recipe options must be a mapping, not {self.options!r}")
-        options = dict(self.options)
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            raise RecipeError(f"recipe options must be a mapping, not {options!r}")
+        merged = dict(options)
         if definition.defaults is not None:
-            unknown = sorted(set(options) - set(definition.defaults))
+            unknown = sorted(set(merged) - set(definition.defaults))
             if unknown:
                 raise RecipeError(
-                    f"recipe {self.name!r} has no option(s) {', '.join(unknown)}; "
+                    f"recipe {name!r} has no option(s) {', '.join(unknown)}; "
                     f"allowed: {', '.join(sorted(definition.defaults)) or 'none'}"
                 )
-            options = {**definition.defaults, **options}
-        _check_json(self.name, options)
+            merged = {**definition.defaults, **merged}
+        _check_json(name, merged)
         if definition.validate is not None:
-            definition.validate(options)
+            definition.validate(merged)
         # The definition is captured now: re-registering a name later does not change
-        # what an existing recipe means (or its fingerprint).
-        object.__setattr__(self, "_definition", definition)
-        object.__setattr__(self, "mean", mean)
-        object.__setattr__(self, "std", std)
-        object.__setattr__(
+        # what an existing recipe means (or its fingerprint), nor what it resolves to.
+        set_ = object.__setattr__
+        set_(self, "_definition", definition)
+        set_(self, "_name", name)
+        set_(self, "_size", size)
+        set_(self, "_channels", channels)
+        set_(self, "_mean", mean_values)
+        set_(self, "_std", std_values)
+        set_(
             self,
-            "options",
-            types.MappingProxyType({k: _freeze(options[k]) for k in sorted(options)}),
+            "_options",
+            types.MappingProxyType({k: _freeze(merged[k]) for k in sorted(merged)}),
         )
 
-    def _stats(self, what: str, values: Any) -> tuple[float, ...]:
-        bad = RecipeError(
-            f"recipe {what} must be a sequence of {self.channels} finite number(s) (fractions of "
-            f"255), not {values!r}"
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(
+            f"a Recipe is immutable (cannot set {key!r}); make a changed copy with "
+            f"make_recipe(recipe, {key.lstrip('_')}=...)"
         )
-        if isinstance(values, str | bytes):
-            raise bad
-        try:
-            out = tuple(float(v) for v in values)
-        except (TypeError, ValueError):
-            raise bad from None
-        if any(isinstance(v, str | bytes | bool) for v in values) or not all(
-            math.isfinite(v) for v in out
-        ):
-            raise bad
-        if len(out) != self.channels:
-            raise RecipeError(
-                f"recipe {what} has {len(out)} value(s) but channels={self.channels}; "
-                f"give one value per channel"
-            )
-        return out
 
-    def __hash__(self) -> int:
-        return hash(self.fingerprint())
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"a Recipe is immutable (cannot delete {key!r})")
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Recipe):
-            return NotImplemented
-        return self.fingerprint() == other.fingerprint()
+    def __copy__(self) -> Recipe:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Recipe:
+        return self
+
+    # -- fields ---------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """Name of the registered definition."""
+        return self._name
+
+    @property
+    def size(self) -> int:
+        """Output height and width, in pixels.
+
+        Raises
+        ------
+        RecipeError
+            If the recipe takes its size from the data and has not been resolved.
+        """
+        if self._size is None:
+            self.require_resolved("read its size")
+        return self._size  # type: ignore[return-value]  # resolved just above
+
+    @property
+    def channels(self) -> int:
+        """Output channels: 1 (grayscale) or 3 (RGB).
+
+        Raises
+        ------
+        RecipeError
+            If the recipe takes its channels from the data and has not been resolved.
+        """
+        if self._channels is None:
+            self.require_resolved("read its channels")
+        return self._channels  # type: ignore[return-value]  # resolved just above
+
+    @property
+    def mean(self) -> tuple[float, ...]:
+        """Per-channel mean, as fractions of 255 (the default for ``channels`` unless given)."""
+        if self._mean is not None:
+            return self._mean
+        return IMAGENET_MEAN if self.channels == 3 else GRAY_MEAN
+
+    @property
+    def std(self) -> tuple[float, ...]:
+        """Per-channel standard deviation, as fractions of 255 (default as for ``mean``)."""
+        if self._std is not None:
+            return self._std
+        return IMAGENET_STD if self.channels == 3 else GRAY_STD
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """Definition-specific options, merged over the definition's defaults (read-only)."""
+        return self._options
 
     @property
     def definition(self) -> RecipeDefinition:
         """The registered definition this recipe uses (as of its creation)."""
-        return self._definition  # type: ignore[attr-defined,no-any-return]
+        return self._definition
+
+    @property
+    def unresolved(self) -> tuple[str, ...]:
+        """The fields taken from the data and not known yet: ``"size"``, ``"channels"``.
+
+        Empty for a resolved recipe (one with a :meth:`fingerprint`).
+        """
+        return tuple(
+            name
+            for name, value in (("size", self._size), ("channels", self._channels))
+            if value is None
+        )
+
+    def require_resolved(self, purpose: str = "use it without a Loader") -> None:
+        """Raise unless the recipe's ``size`` and ``channels`` are known.
+
+        Parameters
+        ----------
+        purpose : str
+            What needs them, for the message (e.g. ``"build its DALI pipeline"``).
+
+        Raises
+        ------
+        RecipeError
+            Naming the missing fields and the fix: give ``size=`` and/or
+            ``channels=`` to :func:`make_recipe`, or give the recipe to a Loader.
+        """
+        missing = self.unresolved
+        if not missing:
+            return
+        hints = {"size": "size= (pixels)", "channels": "channels= (1 or 3)"}
+        give = " and ".join(hints[m] for m in missing)
+        example = ", ".join(f"{m}={224 if m == 'size' else 3}" for m in missing)
+        raise RecipeError(
+            f"recipe {self._name!r} takes its {' and '.join(missing)} from the data, and only "
+            f"a Loader reads the data (Loader(data, recipe=recipe) infers them from the "
+            f"images); to {purpose} without a Loader, give {give}, e.g. "
+            f"make_recipe({self._name!r}, {example}, ...) or make_recipe(recipe, {example})"
+        )
 
     def option(self, key: str, default: Any = None) -> Any:
         """Value of option ``key`` (after merging the definition's defaults)."""
-        return self.options.get(key, default)
+        return self._options.get(key, default)
 
     def replace(self, **changes: Any) -> Recipe:
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed (validated again).
 
-    def describe(self) -> dict[str, Any]:
-        """The recipe as plain data (what the fingerprint hashes)."""
-        definition = self.definition
+        Parameters
+        ----------
+        **changes
+            New values of fields among :data:`RECIPE_FIELDS`. ``mean`` and ``std``
+            not given explicitly (here or before) follow ``channels``; ``options``
+            replace the given ones (merged over the definition's defaults again).
+        """
+        unknown = sorted(set(changes) - set(RECIPE_FIELDS))
+        if unknown:
+            raise TypeError(
+                f"Recipe.replace() got unknown field(s) {', '.join(unknown)}; "
+                f"fields: {', '.join(RECIPE_FIELDS)}"
+            )
+        fields: dict[str, Any] = {
+            "name": self._name,
+            "size": self._size,
+            "channels": self._channels,
+            "mean": self._mean,
+            "std": self._std,
+            "options": self._options,
+            **changes,
+        }
+        definition = (
+            self._definition if fields["name"] == self._name else get_definition(fields["name"])
+        )
+        new = Recipe.__new__(Recipe)
+        new._setup(definition, **fields)
+        return new
+
+    # -- identity -------------------------------------------------------------------------
+    def _stats_or_none(self, what: str) -> list[float] | None:
+        given = self._mean if what == "mean" else self._std
+        if given is None and self._channels is None:
+            return None
+        return list(self.mean if what == "mean" else self.std)
+
+    def _description(self) -> dict[str, Any]:
+        definition = self._definition
         return {
             "recipe_code_version": RECIPE_CODE_VERSION,
             "definition": {
@@ -351,12 +536,23 @@ class Recipe:
                 "version": definition.version,
                 "source_hash": definition.source_hash,
             },
-            "size": self.size,
-            "channels": self.channels,
-            "mean": list(self.mean or ()),
-            "std": list(self.std or ()),
-            "options": dict(self.options),
+            "size": self._size,
+            "channels": self._channels,
+            "mean": self._stats_or_none("mean"),
+            "std": self._stats_or_none("std"),
+            "options": dict(self._options),
         }
+
+    def describe(self) -> dict[str, Any]:
+        """The recipe as plain data (what the fingerprint hashes).
+
+        Raises
+        ------
+        RecipeError
+            If the recipe is unresolved (see :attr:`unresolved`).
+        """
+        self.require_resolved("describe or fingerprint it")
+        return self._description()
 
     def fingerprint(self) -> str:
         """Stable hash of the recipe's definition and parameters.
@@ -365,10 +561,42 @@ class Recipe:
         -------
         str
             32 hex digits (xxh3-128 of the canonical JSON of :meth:`describe`).
-            Equal across processes, machines and Python versions for equal recipes.
+            Equal across processes, machines and Python versions for equal recipes;
+            a recipe resolved by a Loader has the fingerprint of the same recipe
+            made with that ``size`` and ``channels`` given.
+
+        Raises
+        ------
+        RecipeError
+            If the recipe is unresolved: its pixels depend on data not seen yet.
         """
         text = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"))
         return xxhash.xxh3_128_hexdigest(text.encode())
+
+    def _key(self) -> str:
+        return json.dumps(self._description(), sort_keys=True, separators=(",", ":"))
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Recipe):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __repr__(self) -> str:
+        mean, std = self._stats_or_none("mean"), self._stats_or_none("std")
+        return (
+            f"Recipe(name={self._name!r}, size={self._size!r}, channels={self._channels!r}, "
+            f"mean={tuple(mean) if mean is not None else None!r}, "
+            f"std={tuple(std) if std is not None else None!r}, options={dict(self._options)!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            Recipe,
+            (self._name, self._size, self._channels, self._mean, self._std, dict(self._options)),
+        )
 
 
 def make_recipe(
@@ -376,8 +604,8 @@ def make_recipe(
     *,
     size: int | None = None,
     channels: int | None = None,
-    mean: tuple[float, ...] | None = None,
-    std: tuple[float, ...] | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
     **options: Any,
 ) -> Recipe:
     """Build a :class:`Recipe` by name, or adjust an existing one.
@@ -388,17 +616,30 @@ def make_recipe(
         Registered name (``"train"``, ``"eval"``, or a custom one), or a recipe
         whose fields given here are replaced.
     size : int, optional
-        Output side in pixels (default 224 for a new recipe).
+        Output side in pixels. A new recipe without it takes it from the data: a
+        ``Loader`` infers it from the images, as for ``recipe="train"``. Give it to
+        use the recipe without a Loader (e.g. :func:`preprocessing.build_pipeline`).
     channels : {1, 3}, optional
-        Output channels (default 3 for a new recipe).
-    mean, std : tuple of float, optional
-        Per-channel statistics as fractions of 255.
+        Output channels; a new recipe without it takes it from the data, like ``size``.
+    mean, std : sequence of float, optional
+        Per-channel statistics as fractions of 255. Default: ImageNet's for 3
+        channels, 0.5/0.5 for 1, so they follow ``channels`` (also when it comes
+        from the data). Changing the ``channels`` of a recipe drops statistics given
+        for the old count.
     **options
         Definition-specific options, e.g. ``randaugment=(2, 9)`` for ``train``.
 
     Returns
     -------
     Recipe
+        Unresolved (see :class:`Recipe`) unless ``size`` and ``channels`` are known.
+
+    Examples
+    --------
+    >>> make_recipe("train", randaugment=(2, 9)).unresolved     # a Loader fills them in
+    ('size', 'channels')
+    >>> make_recipe("train", size=28, channels=1).size
+    28
     """
     if isinstance(name, Recipe):
         base = name
@@ -407,7 +648,7 @@ def make_recipe(
             changes["size"] = size
         if channels is not None:
             changes["channels"] = channels
-            if channels != base.channels:
+            if "channels" not in base.unresolved and channels != base.channels:
                 changes.setdefault("mean", None)
                 changes.setdefault("std", None)
         if mean is not None:
@@ -419,11 +660,4 @@ def make_recipe(
         return base.replace(**changes) if changes else base
     if not isinstance(name, str):
         raise RecipeError(f"recipe must be a name (str) or a Recipe, not {type(name).__name__}")
-    return Recipe(
-        name=name,
-        size=224 if size is None else size,
-        channels=3 if channels is None else channels,
-        mean=mean,
-        std=std,
-        options=options,
-    )
+    return Recipe(name, size=size, channels=channels, mean=mean, std=std, options=options)

@@ -220,7 +220,8 @@ def build_loaders(
     seed : int
         Order and augmentation seed.
     size, channels : int, optional
-        Output side and channels (default: from the dataset's first image).
+        Output side and channels (default: inferred from the dataset's images, as
+        ``dataplane.Loader`` does; the ``torch`` loader: from its first image).
     device : {"cpu", "cuda"}, optional
         Where the DALI loaders run (default: CUDA when available).
     num_workers : int, optional

@@ -66,6 +66,19 @@ def check_batch(store: CacheStore, indices: np.ndarray, variant: int) -> int:
     return int(found.sum())
 
 
+def fill_until_full(store: CacheStore, batch: int, variant: int = 0) -> int:
+    """Write variant ``variant`` batch by batch until the store stops admitting (or every
+    sample is written). Returns the records written."""
+    shape = store.sample_shape
+    written = 0
+    for start in range(0, store.identity.num_samples, batch):
+        idx = np.arange(start, min(start + batch, store.identity.num_samples))
+        written += store.put_batch(idx, variant, images(idx, variant, shape), labels(idx))
+        if not store.admitting:
+            break
+    return written
+
+
 # -- child process entry points --------------------------------------------------------
 def fill_forever(path: str, batch: int, shape: tuple[int, ...]) -> None:
     """Fill variant 0 then 1 batch by batch, printing ``begin k`` / ``committed k``."""

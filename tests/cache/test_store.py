@@ -184,6 +184,42 @@ def test_max_bytes_bound_stops_admitting_without_raising(open_store: Opener) -> 
     assert info.full and info.file_bytes <= 1 << 20
 
 
+@pytest.mark.parametrize(
+    ("shape", "batch"), [((3, 96, 96), 16), ((3, 64, 64), 1), ((1, 28, 28), 100)]
+)
+def test_a_full_cache_is_full_for_every_writer_and_for_info(
+    open_store: Opener, tmp_path: Path, shape: tuple[int, ...], batch: int
+) -> None:
+    """One definition of full: the writers fill record by record up to where one more
+    record would not fit, whatever their batch size, and info then says full, as does
+    every store opened later; while info says not full, one more record is written."""
+    config = {"variants": 1, "max_bytes": 1 << 20, "path": tmp_path / "c"}
+    ident = helpers.identity(shape=shape, num_samples=4096)
+    writer = open_store(ident, **config)
+    written = helpers.fill_until_full(writer, batch)
+    assert writer.state is StoreState.FULL and 0 < written < ident.num_samples
+    info = writer.info()
+    assert info.full and info.records == written == writer.count()
+    writer.close()
+    with CacheStore.open_existing(tmp_path / "c") as inspected:  # what `cache info` opens
+        again = inspected.info()
+    assert again.full and again.state is StoreState.FULL, "the writers stopped: info agrees"
+    assert again.used_bytes + again.next_record_bytes > again.max_bytes - again.bookkeeping_bytes
+    later = open_store(ident, **config)  # a later writer admits nothing, at once
+    assert later.state is StoreState.FULL and later.info().full
+    assert later.put_batch([written], 0, helpers.images(np.array([written]), 0, shape), [0]) == 0
+    later.close()
+
+    # While info says not full, one more record fits.
+    single = open_store(ident, variants=1, max_bytes=1 << 20, path=tmp_path / "one")
+    index = 0
+    while not single.info().full:
+        idx = np.array([index])
+        assert single.put_batch(idx, 0, helpers.images(idx, 0, shape), helpers.labels(idx)) == 1
+        index += 1
+    assert single.state is StoreState.FULL and index > 0
+
+
 def test_map_full_never_escapes_the_background_filler(open_store: Opener) -> None:
     shape = (3, 64, 64)
     store = open_store(helpers.identity(shape=shape), max_bytes=1 << 20, fill_queue=64)

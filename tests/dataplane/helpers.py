@@ -6,6 +6,7 @@ import hashlib
 import io
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 
@@ -37,3 +38,16 @@ def batch_keys(images) -> list[str]:  # type: ignore[no-untyped-def]
     """Pixel keys of a batch yielded with :func:`identity_recipe`."""
     pixels = (images.cpu().numpy() * 255.0).round().astype(np.uint8)
     return [pixel_key(p) for p in pixels]
+
+
+def tiny_folder(root: Path, per_class: int = 6, side: int = 8) -> Path:
+    """An image folder of two classes of small grayscale PNGs."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (side, side), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+    return root

@@ -274,6 +274,33 @@ def test_tiny_max_bytes_stops_admitting_and_keeps_serving_fresh(
     loader.close()
 
 
+def test_cache_full_warning_points_at_the_users_loop_and_is_not_logged_again(
+    train_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    loader = cached_loader(
+        train_dir, tmp_path / "c", recipe=random_recipe(64, 3), variants=1, max_bytes=1 << 20,
+        batch_size=32, fill="inline",
+    )
+    with (
+        caplog.at_level(logging.WARNING),
+        pytest.warns(CacheWarning, match="reached max_bytes") as caught,
+    ):
+        for _ in loader:  # the warning's line
+            pass
+    (warning,) = [w for w in caught if issubclass(w.category, CacheWarning)]
+    assert (warning.filename, warning.lineno) == (__file__, _line_of("for _ in loader:  # the"))
+    assert not [r for r in caplog.records if "max_bytes" in r.getMessage()], (
+        "printed once: as the warning, not also as a WARNING log record"
+    )
+    loader.close()
+
+
+def _line_of(text: str) -> int:
+    """Line number in this file of the first line containing ``text``."""
+    lines = Path(__file__).read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if text in line and "_line_of" not in line)
+
+
 def test_stale_recipe_is_refused_with_the_fix_and_rebuild_works(
     train_dir: Path, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ from dataplane.cli import main
 from dataplane.idx import FASHION_MNIST_CLASSES, read_idx
 from dataplane.ingest import ingest_fmnist
 from dataplane.sources import ImageFolderSource, ParquetSource, open_source
+from tests.dataplane.conftest import SMALL
 
 
 def test_folder_output_matches_the_idx_files(fmnist_small: Path, fmnist_dir: Path) -> None:
@@ -203,3 +204,129 @@ def test_help_imports_a_command_without_a_summary(monkeypatch: pytest.MonkeyPatc
     listed = _commands_section(main, 200)
     assert "iterate    Iterate DATA (image folder or Parquet) and print images/s" in listed
     assert "broken     (the 'broken' command could not be imported (No module named" in listed
+
+
+# -- the Loader's options, spelled one way in `iterate` and `cache build` ----------------
+SHARED_LOADER_OPTIONS = (
+    "--recipe", "--size", "--channels", "--batch-size", "--seed", "--device", "--threads",
+    "--on-corrupt",
+)
+
+
+def _help_records(command: click.Command) -> dict[str, tuple[str, str]]:
+    ctx = click.Context(command, info_name=command.name)
+    records = {}
+    for param in command.params:
+        record = param.get_help_record(ctx)
+        if record is not None:
+            records[param.opts[0]] = record
+    return records
+
+
+def test_iterate_and_cache_build_spell_the_loaders_options_alike() -> None:
+    from dataplane.cache_cli import build_command
+    from dataplane.iterate import iterate_command
+
+    iterate, build = _help_records(iterate_command), _help_records(build_command)
+    for option in SHARED_LOADER_OPTIONS:  # same name, type, range, default and help
+        assert iterate[option] == build[option], option
+    assert "0<=x<=281474976710655" in iterate["--seed"][1]
+    for records in (iterate, build):  # the old spelling works but is not listed
+        assert all("--num-threads" not in spec for spec, _ in records.values())
+    assert {"--last-batch", "--normalize"} <= set(iterate)
+
+
+def test_cache_build_refuses_a_seed_of_2_to_the_48_before_starting(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    result = CliRunner().invoke(
+        main, ["cache", "build", str(data), str(tmp_path / "c"), "--seed", str(2**48)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "'--seed'" in result.output and "0<=x<=281474976710655" in result.output
+    assert not (tmp_path / "c").exists()
+
+
+def test_iterate_takes_channels_threads_last_batch_and_no_normalize(fmnist_small: Path) -> None:
+    runner = CliRunner()
+    common = ["iterate", str(fmnist_small / "train"), "--epochs", "1", "--device", "cpu",
+              "--batch-size", "64", "--channels", "3", "--last-batch", "drop", "--no-normalize"]
+    for threads in (["--threads", "1"], ["--num-threads", "1"]):  # the old spelling too
+        result = runner.invoke(main, [*common, *threads])
+        assert result.exit_code == 0, result.output
+        assert "recipe train 3x28x28, 1 DALI threads" in result.output
+        assert "epoch 0: 4 batches, 256 images" in result.output  # 300 // 64 full batches
+
+
+def test_iterate_names_the_device_option_when_cuda_is_missing(
+    fmnist_small: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import preprocessing.device
+
+    monkeypatch.setattr(preprocessing.device, "torch_cuda_available", lambda: False)
+    result = CliRunner().invoke(
+        main, ["iterate", str(fmnist_small / "train"), "--epochs", "1", "--device", "cuda"]
+    )
+    assert result.exit_code == 1, result.output
+    assert "--device cuda but torch sees no CUDA device; use --device cpu" in result.output
+    assert "device='" not in result.output and "device=None" not in result.output
+
+
+def _corrupt_one(folder: Path) -> Path:
+    bad = sorted(folder.rglob("*.png"))[7]
+    bad.write_bytes(bad.read_bytes()[:60])  # truncated PNG
+    return bad
+
+
+def test_cache_build_takes_on_corrupt_and_names_the_option(
+    writable_copy: Path, tmp_path: Path
+) -> None:
+    bad = _corrupt_one(writable_copy)
+    runner = CliRunner()
+    build = ["cache", "build", str(writable_copy), str(tmp_path / "c"), "--variants", "1",
+             "--max-bytes", "16M", "--device", "cpu", "--no-progress"]
+    stopped = runner.invoke(main, build)
+    assert stopped.exit_code == 1, stopped.output
+    assert str(bad) in stopped.output
+    assert "pass --on-corrupt skip to skip and count corrupt samples" in stopped.output
+    assert "on_corrupt=" not in stopped.output
+    skipped = runner.invoke(main, [*build, "--on-corrupt", "skip"])
+    assert skipped.exit_code == 0, skipped.output
+    assert f"records {SMALL - 1} / {SMALL}" in skipped.output
+    assert skipped.output.count("Warning: skipped 1 corrupt or unreadable sample(s)") == 1
+    assert str(bad) in skipped.output
+
+
+def test_iterate_prints_skipped_samples_once_without_python_source(writable_copy: Path) -> None:
+    bad = _corrupt_one(writable_copy)
+    result = CliRunner().invoke(
+        main,
+        ["iterate", str(writable_copy), "--epochs", "2", "--device", "cpu", "--on-corrupt",
+         "skip", "--batch-size", "64"],
+    )
+    assert result.exit_code == 0, result.output
+    for epoch in (0, 1):
+        line = f"Warning: skipped 1 corrupt or unreadable sample(s) in epoch {epoch}: "
+        assert result.output.count(line) == 1, result.output
+    assert result.output.count(str(bad)) == 2
+    assert "CorruptSampleWarning" not in result.output and ".py:" not in result.output
+    assert "last_epoch_stats" not in result.output, "the Python API is not the CLI's"
+
+
+def test_cache_info_says_full_when_the_writers_stopped_admitting(tmp_path: Path) -> None:
+    from cache import CacheConfig, CacheStore, FillMode
+    from tests.cache import helpers
+
+    path = tmp_path / "c"
+    shape = (3, 96, 96)  # 28 KiB records, written 16 at a time: 1 MiB holds about 33
+    with CacheStore(
+        CacheConfig(path, variants=1, max_bytes=1 << 20, fill=FillMode.INLINE),
+        helpers.identity(shape=shape),
+    ) as store:
+        written = helpers.fill_until_full(store, 16)
+        assert not store.admitting
+    runner = CliRunner()
+    doc = json.loads(runner.invoke(main, ["cache", "info", "--json", str(path)]).output)
+    assert (doc["records"], doc["full"], doc["state"]) == (written, True, "full")
+    text = runner.invoke(main, ["cache", "info", str(path)]).output
+    assert "full         yes" in text

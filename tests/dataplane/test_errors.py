@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -111,6 +113,35 @@ def test_skip_policy_skips_counts_and_reports_at_epoch_end(writable_copy: Path) 
     assert {s.index for s in stats.skipped} == bad
     assert all(s.path == source.describe(s.index) for s in stats.skipped)
     assert stats.batches == len(loader), "batch count unchanged"
+
+
+SKIP_ONE = """
+import sys
+from dataplane import Loader
+loader = Loader(sys.argv[1], batch_size=64, device="cpu", num_threads=1, on_corrupt="skip")
+for images, labels in loader:  # the user's loop
+    pass
+"""
+
+
+def test_skipped_samples_are_printed_once_at_the_users_loop(writable_copy: Path) -> None:
+    """With logging not configured, the message reaches stderr once (as the warning,
+    not also through logging's last-resort handler), and a warning filter silences it."""
+    truncate(Path(ImageFolderSource(writable_copy).describe(5)))
+    message = "skipped 1 corrupt or unreadable sample(s) in epoch 0"
+
+    def stderr(*flags: str) -> str:
+        done = subprocess.run(
+            [sys.executable, *flags, "-c", SKIP_ONE, str(writable_copy)],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    printed = stderr()
+    assert printed.count(message) == 1, printed
+    assert f"<string>:5: CorruptSampleWarning: {message}" in printed, "at the user's loop"
+    assert message not in stderr("-W", "ignore")
 
 
 def test_unreadable_file_is_a_data_error_or_skipped(writable_copy: Path) -> None:

@@ -23,7 +23,7 @@ from preprocessing.device import cuda_available
 
 def test_builtins_are_registered_with_documented_defaults() -> None:
     assert {"train", "eval"} <= set(available_recipes())
-    train = make_recipe("train")
+    train = make_recipe("train", size=224, channels=3)
     assert (train.size, train.channels) == (224, 3)
     assert train.mean == (0.485, 0.456, 0.406) and train.std == (0.229, 0.224, 0.225)
     assert train.option("randaugment") is None and train.option("flip") is True
@@ -33,10 +33,10 @@ def test_builtins_are_registered_with_documented_defaults() -> None:
 
 
 def test_fingerprint_is_stable_across_processes() -> None:
-    recipe = make_recipe("train", size=64, randaugment=(2, 9))
+    recipe = make_recipe("train", size=64, channels=3, randaugment=(2, 9))
     code = (
         "from preprocessing import make_recipe;"
-        "print(make_recipe('train', size=64, randaugment=(2, 9)).fingerprint())"
+        "print(make_recipe('train', size=64, channels=3, randaugment=(2, 9)).fingerprint())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == recipe.fingerprint()
@@ -44,23 +44,22 @@ def test_fingerprint_is_stable_across_processes() -> None:
 
 
 def test_fingerprint_changes_with_every_parameter() -> None:
-    base = make_recipe("train", size=64)
+    base = make_recipe("train", size=64, channels=3)
     variants = [
-        make_recipe("train", size=65),
+        make_recipe("train", size=65, channels=3),
         make_recipe("train", size=64, channels=1),
-        make_recipe("train", size=64, mean=(0.5, 0.5, 0.5)),
-        make_recipe("train", size=64, std=(0.2, 0.2, 0.2)),
-        make_recipe("train", size=64, randaugment=(2, 9)),
-        make_recipe("train", size=64, flip=False),
-        make_recipe("eval", size=64),
+        make_recipe("train", size=64, channels=3, mean=(0.5, 0.5, 0.5)),
+        make_recipe("train", size=64, channels=3, std=(0.2, 0.2, 0.2)),
+        make_recipe("train", size=64, channels=3, randaugment=(2, 9)),
+        make_recipe("train", size=64, channels=3, flip=False),
+        make_recipe("eval", size=64, channels=3),
     ]
     prints = {v.fingerprint() for v in variants}
     assert base.fingerprint() not in prints and len(prints) == len(variants)
-    assert make_recipe("train", size=64) == base and hash(make_recipe("train", size=64)) == hash(
-        base
-    )
+    again = make_recipe("train", size=64, channels=3)
+    assert again == base and hash(again) == hash(base)
     # Spelling defaults out explicitly does not change the recipe.
-    assert make_recipe("train", size=64, flip=True, randaugment=None) == base
+    assert make_recipe("train", size=64, channels=3, flip=True, randaugment=None) == base
 
 
 @pytest.mark.parametrize(
@@ -69,7 +68,7 @@ def test_fingerprint_changes_with_every_parameter() -> None:
         ({"size": 0}, "size must be a positive int"),
         ({"size": 2.5}, "size must be a positive int"),
         ({"channels": 2}, "channels must be 1 .* or 3"),
-        ({"mean": (0.5,)}, "mean has 1 value.* channels=3"),
+        ({"channels": 3, "mean": (0.5,)}, "mean has 1 value.* channels=3"),
         ({"std": (0.2, 0.0, 0.2)}, "std must be positive"),
         ({"bogus": 1}, "has no option.* bogus; allowed: area, aspect_ratio, flip, randaugment"),
         ({"randaugment": (2, 99)}, r"randaugment=\(2, 99\) must be None or \[n, m\]"),
@@ -178,14 +177,18 @@ def test_out_of_range_statistics_and_options_are_refused(
 #: Fingerprints of valid recipes as computed before the stricter validation: caches keyed by
 #: them stay valid, so they must never change (short of a deliberate version bump).
 _KNOWN_FINGERPRINTS = [
-    ("train", {}, "0ab8defe82b7d700ca5c081cac2fc354"),
-    ("eval", {}, "79e9068e98140c8a40b42c0b3f3d3054"),
+    ("train", {"size": 224, "channels": 3}, "0ab8defe82b7d700ca5c081cac2fc354"),
+    ("eval", {"size": 224, "channels": 3}, "79e9068e98140c8a40b42c0b3f3d3054"),
     ("train", {"size": 28, "channels": 1}, "79fdac9e32703bb2b5632b96c044e14b"),
     ("eval", {"size": 28, "channels": 1}, "180aad66f3bd4866ce93fd64a7f1954a"),
-    ("train", {"size": 64, "randaugment": (2, 9)}, "e994697db609c945c1bef4c52ea5b177"),
     (
         "train",
-        {"size": 224, "flip": False, "area": (0.25, 1.0)},
+        {"size": 64, "channels": 3, "randaugment": (2, 9)},
+        "e994697db609c945c1bef4c52ea5b177",
+    ),
+    (
+        "train",
+        {"size": 224, "channels": 3, "flip": False, "area": (0.25, 1.0)},
         "712369bdc0f3299b30562accf2b4e2cc",
     ),
     (
@@ -204,7 +207,11 @@ _KNOWN_FINGERPRINTS = [
         {"size": 28, "channels": 1, "mean": (0.0,), "std": (1.0,), "crop_fraction": 1.0},
         "a8376d6174530eaa9a9312bfe1a50383",
     ),
-    ("eval", {"size": 224, "crop_fraction": 0.95}, "fe3121e96657d1d0c16fc927033e9130"),
+    (
+        "eval",
+        {"size": 224, "channels": 3, "crop_fraction": 0.95},
+        "fe3121e96657d1d0c16fc927033e9130",
+    ),
     (
         "train",
         {"size": 28, "channels": 1, "mean": (0.25,), "std": (0.5,)},
@@ -223,3 +230,73 @@ def test_fingerprints_of_valid_recipes_never_change(
     name: str, kwargs: dict, fingerprint: str
 ) -> None:
     assert make_recipe(name, **kwargs).fingerprint() == fingerprint
+
+
+# -- size and channels from the data ---------------------------------------------------------
+def test_a_new_recipe_leaves_size_and_channels_to_the_data() -> None:
+    recipe = make_recipe("train", randaugment=(2, 9))
+    assert recipe.unresolved == ("size", "channels")
+    assert make_recipe("train", size=28).unresolved == ("channels",)
+    assert make_recipe("train", channels=1).unresolved == ("size",)
+    gray = make_recipe(recipe, size=28, channels=1)
+    assert gray.unresolved == () and (gray.size, gray.channels) == (28, 1)
+    assert gray.mean == (0.5,) and gray.std == (0.5,), "the defaults follow the channels"
+    assert gray == make_recipe("train", size=28, channels=1, randaugment=(2, 9))
+    colour = make_recipe(recipe, size=32, channels=3)
+    assert colour.mean == (0.485, 0.456, 0.406) and colour.std == (0.229, 0.224, 0.225)
+    assert recipe != gray and recipe == make_recipe("train", randaugment=(2, 9))
+    assert hash(recipe) == hash(make_recipe("train", randaugment=(2, 9)))
+    # Statistics given without channels wait for them, and must then fit.
+    stats = make_recipe("train", mean=(0.286,), std=(0.353,))
+    assert stats.mean == (0.286,)
+    assert make_recipe(stats, size=28, channels=1).std == (0.353,)
+    with pytest.raises(RecipeError, match=r"mean has 1 value\(s\) but channels=3"):
+        make_recipe(stats, size=28, channels=3)
+    with pytest.raises(RecipeError, match=r"mean must be fractions of 255 in \[0, 1\]"):
+        make_recipe("train", mean=(128,))
+    with pytest.raises(RecipeError, match="size must be a positive int .*leave it out"):
+        make_recipe("train", size=0)
+
+
+@pytest.mark.parametrize(("name", "kwargs", "fingerprint"), _KNOWN_FINGERPRINTS)
+def test_a_recipe_resolved_later_has_the_known_fingerprint(
+    name: str, kwargs: dict, fingerprint: str
+) -> None:
+    """A Loader resolves size and channels from the data; caches are keyed by the fingerprint
+    of the resolved recipe, which must be that of the recipe made with them given."""
+    rest = {k: v for k, v in kwargs.items() if k not in ("size", "channels")}
+    later = make_recipe(name, **rest)
+    assert later.unresolved == ("size", "channels")
+    resolved = make_recipe(later, size=kwargs["size"], channels=kwargs["channels"])
+    assert resolved.fingerprint() == fingerprint
+    size_first = make_recipe(name, size=kwargs["size"], **rest)
+    assert make_recipe(size_first, channels=kwargs["channels"]).fingerprint() == fingerprint
+
+
+def test_an_unresolved_recipe_names_size_and_channels_outside_a_loader() -> None:
+    import torch
+
+    from preprocessing import build_pipeline, normalize
+
+    recipe = make_recipe("eval", crop_fraction=1.0)
+    both = r"takes its size and channels from the data.*give size= \(pixels\) and channels= \(1"
+    for use in (lambda: recipe.size, lambda: recipe.mean, recipe.fingerprint, recipe.describe):
+        with pytest.raises(RecipeError, match=both):
+            use()
+    with pytest.raises(RecipeError, match="to build its DALI pipeline without a Loader, give size"):
+        build_pipeline(recipe, device=Device.CPU, batch_size=1, num_threads=1, seed=0)
+    only_channels = make_recipe("eval", size=4)
+    with pytest.raises(RecipeError, match=r"takes its channels .*give channels= \(1 or 3\), e\.g"):
+        normalize(torch.zeros((1, 1, 4, 4), dtype=torch.uint8), only_channels)
+    assert "size=None, channels=None" in repr(recipe)
+
+
+def test_recipes_copy_and_pickle_as_values() -> None:
+    import copy
+    import pickle
+
+    later, now = make_recipe("train", randaugment=(2, 9)), make_recipe("eval", size=28, channels=1)
+    for recipe in (later, now):
+        assert copy.copy(recipe) is recipe and copy.deepcopy(recipe) is recipe
+        clone = pickle.loads(pickle.dumps(recipe))
+        assert clone == recipe and clone.unresolved == recipe.unresolved
