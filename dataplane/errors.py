@@ -98,7 +98,7 @@ def warn_user(message: str, category: type[Warning]) -> None:
     message : str
         The warning's text.
     category : type of Warning
-        :class:`CorruptSampleWarning` or :class:`CacheWarning`.
+        :class:`CorruptSampleWarning`, :class:`CacheWarning` or :class:`MixedImageSizeWarning`.
     """
     level = 2  # warn_user's caller
     frame = sys._getframe(1)

@@ -8,11 +8,10 @@ headers; no pixels are decoded.
 from __future__ import annotations
 
 import io
-import warnings
 
 import numpy as np
 
-from dataplane.errors import DatasetError, MixedImageSizeWarning
+from dataplane.errors import DatasetError, MixedImageSizeWarning, warn_user
 from dataplane.sources import Source
 
 #: Samples :func:`infer_image_shape` opens at most, spread over the dataset (plus the
@@ -103,12 +102,11 @@ def infer_image_shape(
     size = shorter_sides[(len(shorter_sides) - 1) // 2]
     low, high = shorter_sides[0], shorter_sides[-1]
     if warn_mixed_sizes and low != high:
-        warnings.warn(
+        warn_user(
             f"the dataset's images differ in size: the shorter sides of {len(shorter_sides)} "
             f"samples probed range from {low} to {high} px; the output size is their median, "
             f"{size} px (every image is resized to it); pass size= to the Loader to choose "
             "the output size",
             MixedImageSizeWarning,
-            stacklevel=3,  # the Loader(...) call
         )
     return size, channels

@@ -275,9 +275,15 @@ class _BatchKeys(torch.utils.data.Sampler[list[tuple[int, int]]]):
         return len(self.batches)
 
 
-def _infer_shape(path: str) -> tuple[int, int]:
-    with Image.open(path) as image:
-        return min(image.size), 1 if image.mode in ("1", "L", "I", "I;16", "F") else 3
+def _infer_shape(samples: Sequence[tuple[str, int]]) -> tuple[int, int]:
+    """(size, channels) as ``dataplane.Loader`` infers them, so both loaders of a comparison
+    serve the same shape (the median shorter side of a few probed images, with a warning
+    when sizes differ; 3 channels if any probed image is in colour)."""
+    from dataplane.shape import infer_image_shape
+    from dataplane.sources import FileListSource
+
+    source = FileListSource(samples, check_files=False)
+    return infer_image_shape(source, np.asarray([label for _, label in samples]))
 
 
 class TorchBaselineLoader:
@@ -292,8 +298,9 @@ class TorchBaselineLoader:
     train : bool
         Train transforms (random resized crop, flip) or eval transforms.
     size, channels : int, optional
-        Output side in pixels and channels; default from the first image
-        (its shorter side; 1 for grayscale, else 3).
+        Output side in pixels and channels; default from the images, as
+        ``dataplane.Loader`` infers them (median shorter side of a few probed images;
+        1 for grayscale, 3 if any of them is in colour).
     shuffle : bool
         A new order every epoch from ``(seed, epoch)``; default ``train``.
     seed : int
@@ -341,7 +348,7 @@ class TorchBaselineLoader:
             )
         probe = FolderDataset(root, Transform(size=1, channels=1), seed=seed)
         if size is None or channels is None:
-            inferred_size, inferred_channels = _infer_shape(probe.samples[0][0])
+            inferred_size, inferred_channels = _infer_shape(probe.samples)
             size = inferred_size if size is None else size
             channels = inferred_channels if channels is None else channels
         self.transform = Transform(

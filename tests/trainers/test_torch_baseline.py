@@ -125,3 +125,23 @@ def test_bad_folders_and_files(tmp_path: Path) -> None:
         ds[(0, 0)]
     with pytest.raises(TrainerConfigError, match="channels must be 1 or 3"):
         Transform(size=8, channels=2)
+
+
+def test_mixed_sizes_give_the_shape_the_dataplane_loader_infers(tmp_path: Path) -> None:
+    from dataplane import Loader, MixedImageSizeWarning
+
+    # The first image is the largest and in grayscale; one later image is in colour.
+    sides = {"a": [(90, 120), (40, 50), (30, 60)], "b": [(48, 44), (70, 64), (36, 36)]}
+    for cls, shapes in sides.items():
+        (tmp_path / cls).mkdir()
+        for k, (w, h) in enumerate(shapes):
+            mode = "RGB" if (cls, k) == ("b", 2) else "L"
+            Image.new(mode, (w, h), color=128 if mode == "L" else (10, 200, 30)).save(
+                tmp_path / cls / f"{k}.png"
+            )
+    with pytest.warns(MixedImageSizeWarning):
+        baseline = TorchBaselineLoader(tmp_path, batch_size=2)
+    with pytest.warns(MixedImageSizeWarning):
+        loader = Loader(tmp_path, batch_size=2, recipe="eval", device="cpu")
+    assert (baseline.transform.size, baseline.transform.channels) == (40, 3)  # not 90, 1
+    assert (loader.recipe.size, loader.recipe.channels) == (40, 3)
