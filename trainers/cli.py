@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
+from dataplane.loader_cli import on_corrupt_option
 from trainers.errors import TrainerError
 
 __all__ = ["compare_command", "doctor_command", "train_command"]
@@ -68,20 +69,6 @@ def _fmnist_ingest_options(command: _Command) -> _Command:
     for option in reversed(options):  # listed in --help in this order
         command = option(command)
     return command
-
-
-def _on_corrupt_option(more_help: str = "") -> Callable[[_Command], _Command]:
-    """``--on-corrupt``, shared by ``train`` and ``doctor`` (the meaning of ``dataplane
-    iterate``'s)."""
-    return click.option(
-        "--on-corrupt",
-        type=click.Choice(["raise", "skip"]),
-        default="raise",
-        show_default=True,
-        help="What the dataplane loaders do with a corrupt image: stop with an error naming it, "
-        "or skip and count it (a warning names the skipped files when the epoch ends). The "
-        "torch loader always stops." + more_help,
-    )
 
 
 def _dataplane_error(exc: Exception) -> click.ClickException:
@@ -242,7 +229,9 @@ def _init_distributed(device: str | None) -> bool:
     default=None,
     help="torch: DataLoader worker processes [default: cores].",
 )
-@_on_corrupt_option(" Applies to the training and validation loaders.")
+@on_corrupt_option(
+    " The torch loader always stops. Applies to the training and validation loaders."
+)
 @click.option("--progress/--no-progress", default=True, help="A progress bar per epoch.")
 def train_command(
     data: str,
@@ -509,7 +498,7 @@ def compare_command(
     help="Cost of a cached batch over a fresh one (0: free, the ceiling).",
 )
 @_fmnist_ingest_options
-@_on_corrupt_option()
+@on_corrupt_option(" The torch loader always stops.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 def doctor_command(
     data: str,
