@@ -90,6 +90,7 @@ from placement.model import (
 )
 from placement.policy import AdaptiveThresholdPolicy
 from placement.replay import replay_budgets
+from placement.schema import UNLABELLED
 from placement.simulator import (
     Trace,
     check_overlap,
@@ -408,9 +409,9 @@ def split_masks(df: pd.DataFrame, config: EvaluationConfig) -> list[tuple[np.nda
     names = sorted(set(pipes))
     if config.split is Split.PIPELINE:
         if len(names) < 2:
+            fix = "use --split time" if _time_split_holds_out(df) else _labels_hint(names)
             raise EvaluationError(
-                f"the pipeline split needs at least 2 pipelines; the log has {names}; "
-                "use --split time"
+                f"the pipeline split needs at least 2 pipelines; the log has {names}; {fix}"
             )
         k = min(config.folds, len(names))
         # deterministic round-robin over pipelines ordered by name
@@ -432,11 +433,29 @@ def split_masks(df: pd.DataFrame, config: EvaluationConfig) -> list[tuple[np.nda
         held = set(runs.index[len(runs) - n_test :]) if n_test else set()
         test |= mask & np.isin(run_ids, list(held))
     if not test.any() or test.all():
+        fix = "use --split pipeline" if len(names) >= 2 else _labels_hint(names)
         raise EvaluationError(
-            "the time split found no runs to hold out (each pipeline needs >= 2 runs); "
-            "use --split pipeline"
+            "the time split found no runs to hold out (each pipeline needs >= 2 runs); " + fix
         )
     return [(~test, test)]
+
+
+def _time_split_holds_out(df: pd.DataFrame) -> bool:
+    """Whether the time split would hold out some runs and keep others: a pipeline of the
+    log has at least 2 runs and the log more than one run."""
+    runs = df.groupby(df["pipeline"].astype(str))["run_id"].nunique()
+    return bool((runs >= 2).any()) and df["run_id"].nunique() >= 2
+
+
+def _labels_hint(names: Sequence[str]) -> str:
+    """What to do when neither split can work: label runs, or log more of them."""
+    if list(names) == [UNLABELLED]:
+        return (
+            "the log's files carry no pipeline or run labels (a cluster that sets no run "
+            "context): label each run from the client with client.run(placement.storage."
+            "set_run_context, RunContext(pipeline=..., run_id=...)) before it starts"
+        )
+    return "log runs of another pipeline, or several runs of this one"
 
 
 def stage_history_prediction(features: pd.DataFrame) -> np.ndarray:

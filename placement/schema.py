@@ -31,6 +31,10 @@ from placement.errors import SchemaError
 SCHEMA_VERSION = 2
 SCHEMA_VERSION_KEY = b"dataplane.placement.schema_version"
 
+#: ``pipeline`` and ``run_id`` of a file created while no run context was set (a cluster
+#: whose client never called :func:`placement.storage.set_run_context`).
+UNLABELLED = "unknown"
+
 #: Lower bounds used in the density formula (see module docstring).
 MIN_SIZE_BYTES = 4096
 MIN_LIFETIME_S = 1e-3

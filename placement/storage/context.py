@@ -28,6 +28,7 @@ from typing import Any
 
 from dask.utils import key_split
 
+from placement.schema import UNLABELLED
 from placement.storage.request import INT32_MAX, FileKind, FileRequest, as_count
 
 #: Worker task states of a dependent that will not read its dependency again.
@@ -215,8 +216,8 @@ class RequestBuilder:
     def _base(self, ctx: RunContext | None) -> dict[str, Any]:
         return {
             "created_at": self.clock(),
-            "pipeline": ctx.pipeline if ctx else "unknown",
-            "run_id": ctx.run_id if ctx else "unknown",
+            "pipeline": ctx.pipeline if ctx else UNLABELLED,
+            "run_id": ctx.run_id if ctx else UNLABELLED,
             "job_id": ctx.job_id if ctx else None,
             "worker": self.worker_name,
             "host": self.host,

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from placement.cli import placement_group
 from placement.evaluate import EvaluationConfig, EvaluationError, Split, evaluate, split_masks
 from placement.model import MIN_PIPELINE_ROWS, Combine, ModelParams
+from placement.schema import UNLABELLED
 from placement.simulator import overlap_runs
 from tests.placement.logtables import make_log
 
@@ -69,6 +70,30 @@ def test_config_is_validated() -> None:
         split_masks(
             make_log(pipelines=1, runs=2, files_per_stage=3).to_pandas(), EvaluationConfig()
         )
+
+
+def test_a_split_that_cannot_work_names_the_one_that_can() -> None:
+    one_pipeline = make_log(pipelines=1, runs=3, files_per_stage=3).to_pandas()
+    with pytest.raises(EvaluationError, match="2 pipelines.*use --split time"):
+        split_masks(one_pipeline, EvaluationConfig(split=Split.PIPELINE))
+    one_run_each = make_log(pipelines=2, runs=1, files_per_stage=3).to_pandas()
+    with pytest.raises(EvaluationError, match="no runs to hold out.*use --split pipeline"):
+        split_masks(one_run_each, EvaluationConfig(split=Split.TIME))
+
+
+def test_an_unlabelled_log_is_told_to_label_its_runs_not_sent_to_the_other_split() -> None:
+    # What a cluster whose client sets no run context logs: one pipeline, one run, unknown.
+    df = make_log(pipelines=1, runs=1, files_per_stage=3).to_pandas()
+    df["pipeline"] = df["run_id"] = UNLABELLED
+    for split in Split:
+        with pytest.raises(EvaluationError) as info:
+            split_masks(df, EvaluationConfig(split=split))
+        assert "set_run_context" in str(info.value) and "--split" not in str(info.value)
+    one_run = make_log(pipelines=1, runs=1, files_per_stage=3).to_pandas()
+    for split in Split:  # labelled, but a single run: neither split can work either
+        with pytest.raises(EvaluationError, match="log runs of another pipeline") as info:
+            split_masks(one_run, EvaluationConfig(split=split))
+        assert "--split" not in str(info.value)
 
 
 def test_budgets_that_share_a_label_are_refused() -> None:
