@@ -51,3 +51,19 @@ def tiny_folder(root: Path, per_class: int = 6, side: int = 8) -> Path:
             pixels = rng.integers(0, 256, (side, side), dtype=np.uint8)
             Image.fromarray(pixels).save(root / name / f"{i}.png")
     return root
+
+
+def folder(root: Path, files: dict[str, bytes]) -> Path:
+    """An image folder from ``{"class/name.ext": bytes}``."""
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return root
+
+
+def cpu_loader(data, *, batch_size: int, **kwargs):  # type: ignore[no-untyped-def]
+    """A CPU ``Loader`` on one DALI thread, ``eval`` recipe unless given."""
+    from dataplane import Loader
+
+    kwargs.setdefault("recipe", "eval")
+    return Loader(data, batch_size=batch_size, device="cpu", num_threads=1, **kwargs)

@@ -15,6 +15,7 @@ from dataplane.errors import CorruptSampleWarning
 from dataplane.plan import EpochPlan
 from dataplane.sources import ParquetSource, open_source
 from dataplane.validate import check_encoded
+from tests.dataplane.helpers import cpu_loader, folder
 
 
 def encode(pixels: np.ndarray, fmt: str = "PNG") -> bytes:
@@ -33,18 +34,9 @@ def colour(seed: int, side: int = 8) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (side, side, 3), dtype=np.uint8)
 
 
-def folder(root: Path, files: dict[str, bytes]) -> Path:
-    """An image folder from ``{"class/name.ext": bytes}``."""
-    for name, data in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_bytes(data)
-    return root
-
-
 def loader_of(data, **kwargs) -> Loader:  # type: ignore[no-untyped-def]
     kwargs.setdefault("batch_size", 2)
-    kwargs.setdefault("recipe", "eval")
-    return Loader(data, device="cpu", num_threads=1, **kwargs)
+    return cpu_loader(data, **kwargs)
 
 
 # -- JPEG with bytes after its end-of-image marker ------------------------------------

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from dataplane import ConfigError, Loader, MixedImageSizeWarning
+from tests.dataplane.helpers import cpu_loader, folder
 
 # DALI's RandAugment uses its own deprecated operator aliases when it runs.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -30,18 +31,9 @@ def png(width: int, height: int, mode: str = "L") -> bytes:
     return out.getvalue()
 
 
-def folder(root: Path, files: dict[str, bytes]) -> Path:
-    """An image folder from ``{"class/name.png": bytes}``."""
-    for name, data in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_bytes(data)
-    return root
-
-
 def loader_of(data, **kwargs) -> Loader:  # type: ignore[no-untyped-def]
     kwargs.setdefault("batch_size", 8)
-    kwargs.setdefault("recipe", "eval")
-    return Loader(data, device="cpu", num_threads=1, **kwargs)
+    return cpu_loader(data, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +150,7 @@ def test_mixed_sizes_give_the_median_shorter_side_and_a_warning(mixed: Path) -> 
         match=r"shorter sides of 5 samples probed range from 194 to 1110 px; the output size is "
         r"their median, 320 px .*pass size= to the Loader",
     ) as record:
-        loader = loader_of(mixed)
+        loader = Loader(mixed, batch_size=8, recipe="eval", device="cpu", num_threads=1)
     assert record[0].filename == __file__, "the warning points at the Loader(...) call"
     assert (loader.recipe.size, loader.recipe.channels) == (320, 1)
     images, _ = next(iter(loader))
