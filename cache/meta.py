@@ -78,12 +78,13 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def _flat(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as one level, keys joined with dots (``options.flip``)."""
+def flat_mapping(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one level, keys joined with dots (``options.flip``); used for the
+    facts of a recipe's description too, so both name an entry alike."""
     out: dict[str, Any] = {}
     for key, item in value.items():
         if isinstance(item, Mapping):
-            out.update(_flat(item, f"{prefix}{key}."))
+            out.update(flat_mapping(item, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = item
     return out
@@ -103,7 +104,7 @@ def _pairs_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 def _describe(old: Any, new: Any) -> str:
     if isinstance(old, dict) and isinstance(new, dict):
-        return "changed entries: " + ", ".join(_pairs_changed(_flat(old), _flat(new)))
+        return "changed entries: " + ", ".join(_pairs_changed(flat_mapping(old), flat_mapping(new)))
     return f"{_short(old, 24)} -> {_short(new, 24)}"
 
 
@@ -324,7 +325,7 @@ class CacheIdentity:
 
 def _fingerprint_text(fingerprint: Any) -> str:
     if isinstance(fingerprint, dict):
-        text = ", ".join(f"{k} {_show(v)}" for k, v in _flat(fingerprint).items())
+        text = ", ".join(f"{k} {_show(v)}" for k, v in flat_mapping(fingerprint).items())
     else:
         text = str(fingerprint)
     return f"{text} (no description recorded; fingerprint only)"

@@ -96,6 +96,7 @@ from cache import (
     StoreState,
 )
 from cache import StaleCacheError as _CacheStaleError
+from cache.meta import flat_mapping
 from dataplane.background import BackgroundProducer
 from dataplane.errors import CacheWarning, StaleCacheError, warn_user
 from dataplane.producer import (
@@ -177,7 +178,7 @@ def recipe_description(recipe: Recipe) -> InputDescription:
         version (and code hash, for a custom definition) and the recipe machinery's
         version; digest ``recipe.fingerprint()``.
     """
-    described = _flatten(recipe.describe())
+    described = flat_mapping(recipe.describe())
     facts: dict[str, Any] = {}
     for key in ("size", "channels", "mean", "std"):
         facts[key] = described.pop(key, None)
@@ -224,16 +225,6 @@ def dataset_description(fingerprint: str, summary: DatasetSummary) -> InputDescr
             )
             facts["newest file modified"] = newest.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
     return InputDescription(title, facts, covers=summary.covers, digest=fingerprint)
-
-
-def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if isinstance(item, dict):
-            out.update(_flatten(item, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = item
-    return out
 
 
 class LoaderCache:
