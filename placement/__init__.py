@@ -23,7 +23,8 @@ Modules, in the order data flows through them:
   runs every policy at each budget.
 * :mod:`placement.evaluate`: trains on part of a log and replays the rest
   (``dataplane placement evaluate``; the commands are :mod:`placement.cli`, their tables
-  :mod:`placement.text`); :mod:`placement.measure` times a decision and sizes the model.
+  :mod:`placement.text`, the style each policy is drawn in :mod:`placement.style`);
+  :mod:`placement.measure` times a decision and sizes the model.
 * :mod:`placement.storage` (worker side) and :mod:`placement.service` (scheduler side):
   the placement running on a Dask cluster, loaded by ``--preload placement.dask``.
 * :mod:`placement.local_cluster`: the ``LocalCluster`` of ``collect`` and ``dataplane serve``

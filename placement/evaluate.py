@@ -46,7 +46,10 @@ did (:func:`savings_ratio`); a goal is never met on ``nan``. In the JSON
 (:meth:`EvaluationResult.write`, :mod:`placement.jsonout`) every non-finite number is
 ``null``: undefined (nothing against nothing, a rank correlation of too few files) or
 unbounded (something against nothing). ``config.overlap`` is ``null`` for the runs as
-logged and the string ``"inf"`` for every run at once.
+logged and the string ``"inf"`` for every run at once. The JSON opens with
+``evaluation_version`` (:data:`EVALUATION_VERSION`), ``generated_at`` (ISO 8601, UTC) and
+``inputs`` (the logs as given); the text file opens with what was evaluated (inputs,
+split, test files, overlap), as the command prints it.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ import enum
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +81,7 @@ from placement.features import (
     estimated_sizes,
     log_density,
 )
-from placement.jsonout import dumps, json_safe, overlap_json
+from placement.jsonout import dumps, json_safe, overlap_json, utc_timestamp
 from placement.measure import measure_decisions
 from placement.model import (
     MIN_PIPELINE_ROWS,
@@ -99,10 +102,12 @@ from placement.simulator import (
     policy_roster,
     savings_by_group,
 )
-from placement.text import text_table
+from placement.style import UPPER_BOUND, policy_styles
+from placement.text import number_text, text_table
 
 __all__ = [
     "DEFAULT_BUDGETS",
+    "EVALUATION_VERSION",
     "HEURISTICS",
     "UPPER_BOUND",
     "EvaluationConfig",
@@ -114,12 +119,14 @@ __all__ = [
     "split_masks",
     "stage_history_lifetime",
     "stage_history_prediction",
+    "write_outputs",
 ]
 
 #: Policies counted as heuristics when comparing against the learned policy.
 HEURISTICS: tuple[str, ...] = ("first-fit", "small-files-first", "stage-history")
-#: Row name of the savings bound in tables and plots (not a policy: no placement reaches it).
-UPPER_BOUND = "upper-bound (LP)"
+#: Version of the evaluation's JSON (``evaluation_version``); raised when a key changes
+#: meaning or goes away, not when one is added.
+EVALUATION_VERSION = 1
 
 
 class EvaluationError(PlacementConfigError):
@@ -273,10 +280,21 @@ class EvaluationResult:
         default_factory=dict
     )
     wall_s: float = 0.0
+    #: the logs evaluated, as given (``evaluate(inputs=...)``)
+    inputs: list[str] = dataclasses.field(default_factory=list)
+    #: when :func:`evaluate` finished, ISO 8601 in UTC
+    generated_at: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field as plain data; floats as computed (``nan`` and ``inf`` included)."""
-        return dataclasses.asdict(self)
+        """Every field as plain data; floats as computed (``nan`` and ``inf`` included).
+
+        Opens with ``evaluation_version`` (:data:`EVALUATION_VERSION`), ``generated_at`` and
+        ``inputs``, then the other fields in their order.
+        """
+        fields = dataclasses.asdict(self)
+        head: dict[str, Any] = {"evaluation_version": EVALUATION_VERSION}
+        head |= {name: fields.pop(name) for name in ("generated_at", "inputs")}
+        return head | fields
 
     def to_json_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` as written to JSON: ``config.overlap`` ``inf`` as the string
@@ -322,8 +340,75 @@ class EvaluationResult:
         ]
         return text_table([f"policy ({budget} SSD)", *kinds, "total"], rows)
 
-    def plot(self, path: str | os.PathLike[str]) -> Path:
-        """Savings against SSD budget, one line per policy, as a PNG."""
+    def text(self, input_summary: str = "") -> str:
+        """What the evaluation found, as ``dataplane placement evaluate`` prints it and
+        :meth:`write` writes it: the inputs, the split, test files and overlap, the savings
+        table, where the savings come from, Spearman correlations, the goals at 5%, and the
+        decision measurements.
+
+        ``input_summary`` (lines on what was read and skipped) goes under the inputs.
+        """
+        config = self.config
+        overlap = config.get("overlap")
+        lines = [f"logs: {', '.join(self.inputs)}"] if self.inputs else []
+        if input_summary:
+            lines.append(input_summary)
+        lines.append(
+            f"TCO savings vs all-HDD ({config['split']} split, {self.rows['test']} test files, "
+            + ("runs as logged" if overlap is None else f"runs replayed {overlap:g} at a time")
+            + "):"
+        )
+        lines.append(self.table())
+        if "lightgbm-per-workload" in self.savings:
+            own = self.rows["per_pipeline_models"]
+            lines.append(
+                f"lightgbm-per-workload: {len(own)} of {len(self.rows['test_pipelines'])} test "
+                f"pipelines have their own model (>= {config['min_rows']} training rows), "
+                f"combined by {config['combine']}"
+            )
+        if self.savings_by_kind:
+            lines.append("where the savings come from (points of the all-HDD TCO):")
+            lines.append(self.kind_table())
+        lines.append(
+            "Spearman (predicted vs true density): "
+            + ", ".join(f"{k}={v:.3f}" for k, v in self.spearman.items() if not math.isnan(v))
+        )
+        five = self.goals.get("5%", {})
+        if five:
+            capture = number_text(five["oracle_capture"], ".1f", scale=100, suffix="%")
+            ratio = number_text(five["ratio_to_best_heuristic"], ".2f", suffix="x")
+            lines.append(
+                f"at 5%: lightgbm captures {capture} of the oracle's savings; "
+                f"{ratio} the best heuristic ({five['best_heuristic']})"
+            )
+            if "upper_bound" in five:
+                bound_ratio = number_text(
+                    five["upper_bound_ratio_to_best_heuristic"], ".2f", suffix="x"
+                )
+                oracle_ratio = number_text(
+                    five["oracle_ratio_to_best_heuristic"], ".2f", suffix="x"
+                )
+                lines.append(
+                    f"at 5%: no placement saves more than {100 * five['upper_bound']:.1f}%, "
+                    f"{bound_ratio} the best heuristic (the oracle {oracle_ratio})"
+                )
+        if self.decisions:
+            d = self.decisions
+            rss = (
+                f"predictor RSS +{d['predictor_rss_delta_bytes'] / 2**20:.1f} MiB"
+                if d["predictor_rss_delta_bytes"] is not None
+                else f"predictor RSS not measured ({d['predictor_rss_error']})"
+            )
+            lines.append(
+                f"decision: single p50 {d['single_us_p50']:.1f} us "
+                f"(p99 {d['single_us_p99']:.1f}), batched {d['batched_per_s']:,.0f}/s; "
+                f"model {d['model_file_bytes']:,} bytes; {rss}"
+            )
+        return "\n".join(lines)
+
+    def figure(self) -> Any:
+        """Savings against SSD budget, one line per policy (each drawn in its style of
+        :mod:`placement.style`), as a matplotlib ``Figure``; the caller closes it."""
         import matplotlib
 
         matplotlib.use("Agg", force=False)
@@ -331,20 +416,22 @@ class EvaluationResult:
 
         budgets = [float(b) for b in self.config["budgets"]]
         fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-        styles = {"oracle": "k--", "lightgbm": "C3-o", "lightgbm-per-workload": "C4-s"}
-        styles[UPPER_BOUND] = "k:"
-        for name, per in {**self.savings, UPPER_BOUND: self.upper_bound}.items():
-            if name == "all-hdd" or not per:
-                continue
+        lines = {
+            name: per
+            for name, per in {**self.savings, UPPER_BOUND: self.upper_bound}.items()
+            if name != "all-hdd" and per
+        }
+        styles = policy_styles(lines)
+        for name, per in lines.items():
             ax.plot(
                 [100 * b for b in budgets],
                 [100 * v for v in per.values()],
-                styles.get(name, "-^"),
                 label=name,
-                linewidth=2 if name in styles else 1.2,
+                **styles[name].kwargs(),
             )
         ax.set_xscale("log")
         ax.set_xticks([100 * b for b in budgets], [f"{100 * b:g}%" for b in budgets])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # only the budgets
         ax.set_xlabel("SSD budget (share of peak live bytes)")
         ax.set_ylabel("TCO savings vs all-HDD (%)")
         ax.set_title(
@@ -353,40 +440,77 @@ class EvaluationResult:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out)
-        plt.close(fig)
+        return fig
+
+    def plot(self, path: str | os.PathLike[str]) -> Path:
+        """:meth:`figure` written to ``path`` as a PNG."""
+        import matplotlib.pyplot as plt
+
+        fig = self.figure()
+        try:
+            out = Path(path)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(out)
+        finally:
+            plt.close(fig)
         return out
 
     def write(
-        self, directory: str | os.PathLike[str], stem: str = "placement-eval"
+        self,
+        directory: str | os.PathLike[str],
+        stem: str = "placement-eval",
+        *,
+        input_summary: str = "",
     ) -> dict[str, Path]:
-        """Write ``<stem>.json``, ``<stem>.txt`` (the table) and ``<stem>.png`` in ``directory``,
-        replacing any there (:func:`output_paths`).
+        """Write ``<stem>.json``, ``<stem>.txt`` and ``<stem>.png`` in ``directory``,
+        replacing any there (:func:`write_outputs`).
 
         The JSON is :meth:`to_json_dict`: strict JSON, ``null`` for a number that is
-        undefined or unbounded. Returns the paths by kind (``json``, ``table``, ``png``).
+        undefined or unbounded. The text is :meth:`text` of ``input_summary``. Returns the
+        paths by kind (``json``, ``table``, ``png``).
         """
-        paths = output_paths(directory, stem)
-        paths["json"].parent.mkdir(parents=True, exist_ok=True)
-        paths["json"].write_text(dumps(self.to_json_dict(), indent=2, default=str))
-        text = self.table() + "\n"
-        if self.savings_by_kind:
-            text += "\nwhere the savings come from (points of the all-HDD TCO)\n"
-            text += self.kind_table() + "\n"
-        paths["table"].write_text(text)
-        self.plot(paths["png"])
-        return paths
+        return write_outputs(
+            directory,
+            stem,
+            data=self.to_json_dict(),
+            text=self.text(input_summary),
+            plot=self.plot,
+        )
 
 
 def output_paths(
-    directory: str | os.PathLike[str], stem: str = "placement-eval"
+    directory: str | os.PathLike[str], stem: str = "placement-eval", *, png: bool = True
 ) -> dict[str, Path]:
-    """The files :meth:`EvaluationResult.write` writes in ``directory``, by kind (``json``,
-    ``table``, ``png``)."""
+    """The files :func:`write_outputs` writes in ``directory``, by kind: ``json``, ``table``
+    (``.txt``) and, with ``png``, ``png``."""
     d = Path(directory)
-    return {"json": d / f"{stem}.json", "table": d / f"{stem}.txt", "png": d / f"{stem}.png"}
+    paths = {"json": d / f"{stem}.json", "table": d / f"{stem}.txt"}
+    if png:
+        paths["png"] = d / f"{stem}.png"
+    return paths
+
+
+def write_outputs(
+    directory: str | os.PathLike[str],
+    stem: str,
+    *,
+    data: Mapping[str, Any],
+    text: str,
+    plot: Callable[[Path], object] | None = None,
+) -> dict[str, Path]:
+    """Write a command's outputs in ``directory`` (created if needed), replacing any there:
+    ``<stem>.json`` (``data`` as strict JSON, :func:`placement.jsonout.dumps`),
+    ``<stem>.txt`` (``text``) and, given ``plot`` (called with the path), ``<stem>.png``.
+
+    Returns the paths by kind (:func:`output_paths`).
+    """
+    paths = output_paths(directory, stem, png=plot is not None)
+    paths["json"].parent.mkdir(parents=True, exist_ok=True)
+    paths["json"].write_text(dumps(data, indent=2, default=str))
+    paths["table"].write_text(text + "\n")
+    if plot is not None:
+        plot(paths["png"])
+    return paths
 
 
 def savings_ratio(a: float, b: float) -> float:
@@ -490,6 +614,7 @@ def evaluate(
     progress: bool = False,
     measure: bool = False,
     log: Callable[[str], None] | None = None,
+    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> EvaluationResult:
     """Train on part of ``table``, replay the rest through every policy; see the module docstring.
 
@@ -505,6 +630,9 @@ def evaluate(
         Also measure decision latency, model file size and predictor memory.
     log : callable, optional
         Called with one-line progress messages.
+    inputs : sequence of str, optional
+        Where ``table`` was read from (log files or directories, as given): recorded in
+        the result (:attr:`EvaluationResult.inputs`), never read.
     """
     start = time.perf_counter()
     config = config or EvaluationConfig()
@@ -646,11 +774,13 @@ def evaluate(
         feature_importances=dict(sorted(importances.items(), key=lambda kv: -kv[1])),
         upper_bound=bounds,
         savings_by_kind=by_kind,
+        inputs=[os.fspath(p) for p in inputs],
     )
     if measure and model_for_measure is not None:
         say("measuring decision latency, model size and memory")
         result.decisions = measure_decisions(model_for_measure, df, history)
     result.wall_s = time.perf_counter() - start
+    result.generated_at = utc_timestamp()
     return result
 
 

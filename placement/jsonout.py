@@ -7,11 +7,14 @@ non-finite float as ``null`` and refuses (``allow_nan=False``) anything that sli
 through. A ``null`` where a number is expected therefore means the value is undefined
 (a ratio of nothing to nothing, a rank correlation of too few files) or unbounded
 (something against nothing).
+
+Each command's JSON says when it was made: :func:`utc_timestamp`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import json
 import math
@@ -19,7 +22,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["dumps", "json_safe", "overlap_json"]
+__all__ = ["dumps", "json_safe", "overlap_json", "utc_timestamp"]
 
 
 def json_safe(value: Any) -> Any:
@@ -68,3 +71,8 @@ def overlap_json(overlap: float | None) -> float | str | None:
     """An ``overlap`` setting (runs replayed at a time) as the JSON writes it: ``inf``
     (every run at once) as the string ``"inf"``, so it is not taken for ``null``."""
     return "inf" if overlap is not None and math.isinf(overlap) else overlap
+
+
+def utc_timestamp() -> str:
+    """The time now as ISO 8601 in UTC, to the second: ``"2025-01-31T12:00:00+00:00"``."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

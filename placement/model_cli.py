@@ -5,8 +5,10 @@ The ``placement`` group (:mod:`placement.cli`) finds these commands lazily by na
 Bad input never stops a run: unreadable files, files that do not fit the log schema
 and unusable rows are skipped, counted, and reported (the first few by name) in the
 output. A log file named more than once (a directory and a file in it) is read once and
-counted in ``files_repeated``. A missing or incompatible model file is an error that
-names the file and the fix (:class:`~placement.errors.ModelError`).
+counted in ``files_repeated``; a row whose ``(run_id, file_id)`` was read before (the same
+log copied under another name) is dropped and counted in ``rows_repeated``. A missing or
+incompatible model file is an error that names the file and the fix
+(:class:`~placement.errors.ModelError`).
 
 ``--json`` prints strict JSON (:mod:`placement.jsonout`): a number that is undefined (a
 ratio of nothing to nothing) or unbounded (something against nothing) is ``null``, and
@@ -16,7 +18,6 @@ ratio of nothing to nothing) or unbounded (something against nothing) is ``null`
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import sys
@@ -34,8 +35,8 @@ from placement.cost import (
     budgets_to_percents,
 )
 from placement.errors import ModelError, PlacementConfigError, PlacementError
-from placement.jsonout import dumps, overlap_json
-from placement.text import number_text, text_table
+from placement.jsonout import dumps, overlap_json, utc_timestamp
+from placement.text import text_table
 
 if TYPE_CHECKING:
     from placement.features import RowIssues
@@ -63,7 +64,10 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
     bad rows :func:`placement.features.clean_table` dropped.
 
     A file found more than once (its directory and the file itself given, or two paths to
-    it) is read once; the report counts the repeats in ``files_repeated``.
+    it) is read once; the report counts the repeats in ``files_repeated``. A usable row
+    whose ``(run_id, file_id)`` an earlier row has (a copy of a log under another name, a
+    row written twice) is dropped, the first kept; the report counts them in
+    ``rows_repeated`` (``rows_usable`` counts the rows kept).
     """
     from placement.features import clean_table
     from placement.logwriter import kept_parts_dirs, log_files, read_logs
@@ -111,6 +115,14 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
 
     table = pa.concat_tables(tables) if tables else empty_table()
     df, issues = clean_table(table)
+    # a file is one row: the same (run_id, file_id) twice is the same file read twice
+    repeated_rows = df.duplicated(["run_id", "file_id"], keep="first").to_numpy()
+    n_repeated_rows = int(repeated_rows.sum())
+    if n_repeated_rows:
+        logger.info(
+            "%d row(s) repeat the (run_id, file_id) of an earlier row: dropped", n_repeated_rows
+        )
+        df = df.loc[~repeated_rows].reset_index(drop=True)
     report = {
         "files_read": good,
         "files_repeated": repeated,
@@ -119,6 +131,7 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
         "rows_read": issues.total_rows,
         "rows_dropped": issues.n_dropped,
         "rows_dropped_by_reason": dict(issues.dropped),
+        "rows_repeated": n_repeated_rows,
         "rows_usable": len(df),
     }
     for p, r in bad:
@@ -149,7 +162,13 @@ def _emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
 def _input_text(report: dict[str, Any]) -> str:
     text = (
         f"input: {report['files_read']} file(s), {report['rows_usable']} usable rows "
-        f"({report['rows_dropped']} bad rows dropped, {report['bad_files']} bad file(s) skipped"
+        f"({report['rows_dropped']} bad rows dropped, "
+        + (
+            f"{report['rows_repeated']} duplicate rows dropped, "
+            if report.get("rows_repeated")
+            else ""
+        )
+        + f"{report['bad_files']} bad file(s) skipped"
         + (
             f", {report['files_repeated']} file(s) given more than once read once"
             if report.get("files_repeated")
@@ -254,13 +273,15 @@ def train_command(
 
 
 # ---------------------------------------------------------------------------- evaluate
-#: ``--bound/--no-bound`` of evaluate and simulate (:mod:`placement.bound`)
-_bound_option = click.option(
-    "--bound/--no-bound",
-    default=True,
-    show_default=True,
-    help="Also bound what any placement could save at each budget (a linear program, seconds).",
-)
+def _bound_option(at: str) -> Any:
+    """``--bound/--no-bound`` of evaluate and simulate (:mod:`placement.bound`), bounding
+    the savings ``at`` its budget(s)."""
+    return click.option(
+        "--bound/--no-bound",
+        default=True,
+        show_default=True,
+        help=f"Also bound what any placement could save {at} (a linear program, seconds).",
+    )
 
 
 def _overlap(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
@@ -327,7 +348,7 @@ def _budgets(value: str) -> tuple[float, ...]:
 )
 @_min_rows_option
 @_combine_option
-@_bound_option
+@_bound_option("at each budget")
 @_overlap_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
@@ -367,7 +388,9 @@ def evaluate_command(
     _check_writable(out_dir)
     df, report, issues = _read(logs, not no_progress)
     try:
-        result = evaluate(df, config, progress=not no_progress, measure=measure, log=logger.info)
+        result = evaluate(
+            df, config, progress=not no_progress, measure=measure, log=logger.info, inputs=logs
+        )
     except PlacementError as exc:
         raise click.ClickException(str(exc)) from exc
     # evaluate() saw the rows _read had already cleaned: count the input's rows instead
@@ -375,66 +398,24 @@ def evaluate_command(
     result.rows["dropped"] = issues.to_dict()
     result.rows["input"] = report
     replaced = [p for p in output_paths(out_dir).values() if p.exists()]
+    input_summary = _input_text(report)
     try:
-        paths = result.write(out_dir)
+        paths = result.write(out_dir, input_summary=input_summary)
     except OSError as exc:
         raise click.ClickException(f"cannot write to {out_dir}: {exc}") from exc
     payload = result.to_json_dict()
     payload.pop("simulations")
     payload["files"] = {k: str(v) for k, v in paths.items()}
     payload["files_replaced"] = [str(p) for p in replaced]
-    five = result.goals.get("5%", {})
-    text = (
-        _input_text(report)
-        + "\nTCO savings vs all-HDD ("
-        + f"{split} split, {result.rows['test']} test files"
-        + ("" if overlap is None else f", runs replayed {overlap:g} at a time")
-        + "):\n"
-    )
-    text += result.table()
-    if "lightgbm-per-workload" in result.savings:
-        own = result.rows["per_pipeline_models"]
-        text += (
-            f"\nlightgbm-per-workload: {len(own)} of {len(result.rows['test_pipelines'])} test "
-            f"pipelines have their own model (>= {min_rows} training rows), combined by {combine}"
-        )
-    if result.savings_by_kind:
-        text += "\nwhere the savings come from (points of the all-HDD TCO):\n"
-        text += result.kind_table()
-    text += "\nSpearman (predicted vs true density): " + ", ".join(
-        f"{k}={v:.3f}" for k, v in result.spearman.items() if not math.isnan(v)
-    )
-    if five:
-        capture = number_text(five["oracle_capture"], ".1f", scale=100, suffix="%")
-        ratio = number_text(five["ratio_to_best_heuristic"], ".2f", suffix="x")
-        text += (
-            f"\nat 5%: lightgbm captures {capture} of the oracle's savings; "
-            f"{ratio} the best heuristic ({five['best_heuristic']})"
-        )
-        if "upper_bound" in five:
-            bound_ratio = number_text(
-                five["upper_bound_ratio_to_best_heuristic"], ".2f", suffix="x"
-            )
-            oracle_ratio = number_text(five["oracle_ratio_to_best_heuristic"], ".2f", suffix="x")
-            text += (
-                f"\nat 5%: no placement saves more than {100 * five['upper_bound']:.1f}%, "
-                f"{bound_ratio} the best heuristic (the oracle {oracle_ratio})"
-            )
-    if result.decisions:
-        d = result.decisions
-        text += (
-            f"\ndecision: single p50 {d['single_us_p50']:.1f} us (p99 {d['single_us_p99']:.1f}), "
-            f"batched {d['batched_per_s']:,.0f}/s; model {d['model_file_bytes']:,} bytes; "
-            + (
-                f"predictor RSS +{d['predictor_rss_delta_bytes'] / 2**20:.1f} MiB"
-                if d["predictor_rss_delta_bytes"] is not None
-                else f"predictor RSS not measured ({d['predictor_rss_error']})"
-            )
-        )
-    text += f"\nwrote {', '.join(str(p) for p in paths.values())}"
+    _emit(payload, as_json, result.text(input_summary) + "\n" + _wrote_text(paths, replaced))
+
+
+def _wrote_text(paths: dict[str, Path], replaced: Sequence[Path]) -> str:
+    """The line naming the files a command wrote and those of them it replaced."""
+    text = f"wrote {', '.join(str(p) for p in paths.values())}"
     if replaced:
         text += f" (replaced existing {', '.join(p.name for p in replaced)})"
-    _emit(payload, as_json, text)
+    return text
 
 
 def _check_writable(directory: Path) -> None:
@@ -530,6 +511,20 @@ def parse_budget(value: str, peak_bytes: int) -> int:
     return size
 
 
+def budget_text(value: str) -> str:
+    """A ``--budget`` as the user meant it: ``"5%"`` for a percent (``5``, ``5%``, ``5 %``),
+    else the size as given (``"2GiB"``); ``value`` as :func:`parse_budget` accepts it."""
+    v = value.strip()
+    number = v.rstrip("%").strip()
+    return f"{float(number):g}%" if _is_number(number) else v
+
+
+#: Version of ``simulate``'s JSON (``simulation_version``); raised when a key changes meaning
+#: or goes away, not when one is added.
+SIMULATION_VERSION = 1
+#: Name (without suffix) of the files ``simulate --out`` writes.
+SIMULATE_STEM = "placement-simulate"
+
 POLICY_CHOICES = (
     "lightgbm",
     "stage-history",
@@ -564,8 +559,15 @@ POLICY_CHOICES = (
     show_default=True,
     help="Policies to replay (repeatable).",
 )
-@_bound_option
+@_bound_option("at the budget")
 @_overlap_option
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"Also write {SIMULATE_STEM}.json and .txt (what is printed) to this directory.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def simulate_command(
@@ -575,15 +577,24 @@ def simulate_command(
     policies: tuple[str, ...],
     bound: bool,
     overlap: float | None,
+    out_dir: Path | None,
     as_json: bool,
     no_progress: bool,
 ) -> None:
-    """Replay LOGS through placement policies at an SSD budget and report TCO and savings."""
+    """Replay LOGS through placement policies at an SSD budget and report TCO and savings.
+
+    With --out, existing placement-simulate.json and .txt there are replaced (and said so).
+    """
     import numpy as np
 
     from placement.bound import savings_upper_bound
     from placement.cost import CostModel
-    from placement.evaluate import UPPER_BOUND, stage_history_prediction
+    from placement.evaluate import (
+        UPPER_BOUND,
+        output_paths,
+        stage_history_prediction,
+        write_outputs,
+    )
     from placement.features import HistoryStore, build_features, estimated_sizes
     from placement.model import ModelSet
     from placement.simulator import Trace, overlap_runs, peak_live_bytes, policy_roster, simulate
@@ -605,6 +616,8 @@ def simulate_command(
                 models = ModelSet.load(model_dir)
             except ModelError as exc:
                 raise click.ClickException(str(exc)) from exc
+    if out_dir is not None:
+        _check_writable(out_dir)
     df, report, _ = _read(logs, not no_progress)
     if overlap is not None:
         df = overlap_runs(df, overlap)
@@ -636,8 +649,12 @@ def simulate_command(
         sim.policy = name
         results.append(sim.to_dict())
     payload: dict[str, Any] = {
+        "simulation_version": SIMULATION_VERSION,
+        "generated_at": utc_timestamp(),
+        "inputs": list(logs),
         "input": report,
         "peak_live_bytes": peak,
+        "budget": budget_text(budget),
         "ssd_capacity_bytes": cap,
         "overlap": overlap_json(overlap),
         "results": results,
@@ -650,9 +667,12 @@ def simulate_command(
         except PlacementError as exc:
             raise click.ClickException(str(exc)) from exc
     replayed = "" if overlap is None else f"; runs replayed {overlap:g} at a time"
+    of_peak = " of" if payload["budget"].endswith("%") else ";"
     lines = [
+        f"logs: {', '.join(logs)}",
         _input_text(report),
-        f"SSD budget {cap:,} bytes ({budget}; peak live bytes {peak:,}{replayed})",
+        f"SSD budget {cap:,} bytes ({payload['budget']}{of_peak} peak live bytes {peak:,}"
+        f"{replayed})",
     ]
     rows = [
         [
@@ -671,4 +691,17 @@ def simulate_command(
     if bound:
         lines.append(f"{UPPER_BOUND}: no placement of these files saves more")
     lines.extend(notes)
+    if out_dir is not None:
+        stale = output_paths(out_dir, SIMULATE_STEM, png=False).values()
+        replaced = [p for p in stale if p.exists()]
+        try:
+            paths = write_outputs(out_dir, SIMULATE_STEM, data=payload, text="\n".join(lines))
+        except OSError as exc:
+            raise click.ClickException(f"cannot write to {out_dir}: {exc}") from exc
+        payload = {
+            **payload,
+            "files": {k: str(v) for k, v in paths.items()},
+            "files_replaced": [str(p) for p in replaced],
+        }
+        lines.append(_wrote_text(paths, replaced))
     _emit(payload, as_json, "\n".join(lines))

@@ -438,3 +438,72 @@ def test_per_workload_models_follow_min_rows_as_train_does(tmp_path: Path, log_d
     assert saved["rows"]["per_pipeline_models"] == ["pipe0", "pipe1", "pipe2", "pipe3"]
     assert own.rows["per_pipeline_models"] == ["pipe0", "pipe1", "pipe2", "pipe3"]
     assert none.rows["per_pipeline_models"] == []
+
+
+def test_every_line_of_the_plot_has_a_colour_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The PNG's lines, read from the figure as it is saved: one colour per policy (the
+    learned policy and the threshold fed the true density were both red), each the
+    policy's colour in the shared style mapping."""
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    saved: list[Figure] = []
+    save = Figure.savefig
+
+    def keep(fig: Figure, *args: object, **kwargs: object) -> None:
+        saved.append(fig)
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    result = evaluate(
+        make_log(seed=6), EvaluationConfig(split="time", params=FAST, budgets=(0.05, 0.2))
+    )
+    assert {"lightgbm", "lightgbm-per-workload", "threshold+true-density"} <= set(result.savings)
+    result.write(tmp_path)
+    (fig,) = saved
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert set(lines) == (set(result.savings) - {"all-hdd"}) | {"upper-bound (LP)"}
+    colours = {name: to_hex(line.get_color()) for name, line in lines.items()}
+    assert len(set(colours.values())) == len(colours), colours
+
+    from placement.style import POLICY_STYLES
+
+    for name, line in lines.items():
+        style = POLICY_STYLES[name]
+        assert colours[name] == style.color
+        assert (line.get_linestyle(), line.get_marker()) == (
+            style.linestyle,
+            style.marker or "None",
+        )
+
+
+def test_the_result_names_its_version_time_and_inputs(tmp_path: Path) -> None:
+    """The JSON says which format it is, when it was made and from which logs, before the
+    keys it always had; the text file opens with what was evaluated."""
+    import datetime
+
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    config = EvaluationConfig(split="time", params=FAST, budgets=(0.05,), overlap=4)
+    result = evaluate(make_log(seed=6), config, inputs=["logs/a", Path("logs/b.parquet")])
+    paths = result.write(tmp_path, input_summary="input: 2 file(s)")
+    data = json.loads(paths["json"].read_text())
+    assert list(data)[:3] == ["evaluation_version", "generated_at", "inputs"]
+    assert isinstance(data["evaluation_version"], int) and data["evaluation_version"] >= 1
+    made = datetime.datetime.fromisoformat(data["generated_at"])
+    assert made.utcoffset() == datetime.timedelta(0)
+    assert before <= made <= datetime.datetime.now(datetime.timezone.utc)
+    assert data["inputs"] == ["logs/a", "logs/b.parquet"]
+    assert {"config", "rows", "savings", "goals", "spearman", "upper_bound"} <= set(data)
+    text = paths["table"].read_text().splitlines()
+    assert text[:2] == ["logs: logs/a, logs/b.parquet", "input: 2 file(s)"]
+    assert text[2] == (
+        f"TCO savings vs all-HDD (time split, {result.rows['test']} test files, "
+        "runs replayed 4 at a time):"
+    )
+    assert any(line.startswith("Spearman (predicted vs true density): ") for line in text)
+    assert any(line.startswith("at 5%: lightgbm captures ") for line in text)
+    assert any(line.startswith("at 5%: no placement saves more than ") for line in text)
+    as_logged = evaluate(make_log(seed=6), dataclasses.replace(config, overlap=None))
+    assert ", runs as logged):" in as_logged.text().splitlines()[0]

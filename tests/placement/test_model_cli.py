@@ -265,3 +265,145 @@ def test_the_bound_has_one_label_in_evaluate_and_simulate(tmp_path: Path, zero_l
     res = _invoke("evaluate", str(zero_log), "--out", str(tmp_path), *QUICK)
     assert res.exit_code == 0, res.output
     assert any(line.startswith(UPPER_BOUND) for line in res.output.splitlines())
+
+
+def test_the_text_file_holds_what_the_command_printed(tmp_path: Path, bad_rows_log: Path) -> None:
+    """evaluate's .txt opens with the inputs, the split, the test files and the overlap, and
+    holds the lines printed around the table: two evaluations that differ only in their
+    overlap write different files."""
+    texts = {}
+    for name, extra in (("eval", []), ("eval4", ["--overlap", "4"])):
+        out = tmp_path / name
+        res = _invoke("evaluate", str(bad_rows_log), "--out", str(out), *QUICK, *extra)
+        assert res.exit_code == 0, res.output
+        printed = res.output.rstrip("\n").splitlines()
+        assert printed[-1].startswith("wrote ")
+        text = (out / "placement-eval.txt").read_text()
+        assert text.splitlines() == printed[:-1]
+        texts[name] = text
+    for text in texts.values():
+        lines = text.splitlines()
+        assert lines[0] == f"logs: {bad_rows_log}"
+        assert lines[1].startswith("input: 1 file(s), ") and "5 bad rows dropped" in lines[1]
+        assert lines[2] == "  dropped 5 row(s): deleted before created"
+        assert lines[3].startswith("TCO savings vs all-HDD (time split, ")
+        assert "Spearman (predicted vs true density)" in text
+        assert "at 5%: lightgbm captures " in text and "no placement saves more than" in text
+    assert "runs as logged" in texts["eval"] and "replayed" not in texts["eval"]
+    assert "runs replayed 4 at a time" in texts["eval4"]
+
+
+def test_the_json_names_its_version_time_and_inputs(tmp_path: Path, zero_log: Path) -> None:
+    import datetime
+
+    res = _invoke(
+        "evaluate", str(zero_log), str(zero_log.parent), "--out", str(tmp_path), *QUICK, "--json"
+    )
+    assert res.exit_code == 0, res.output
+    printed = _strict(res.output)
+    saved = _strict((tmp_path / "placement-eval.json").read_text())
+    for data in (printed, saved):
+        assert data["evaluation_version"] == 1
+        made = datetime.datetime.fromisoformat(data["generated_at"])
+        assert made.utcoffset() == datetime.timedelta(0)
+        assert data["inputs"] == [str(zero_log), str(zero_log.parent)]
+        assert {"config", "rows", "savings", "goals", "feature_importances"} <= set(data)
+    res = _invoke("simulate", str(zero_log), "--policy", "first-fit", "--no-progress", "--json")
+    assert res.exit_code == 0, res.output
+    data = _strict(res.output)
+    assert data["simulation_version"] == 1 and data["inputs"] == [str(zero_log)]
+    assert datetime.datetime.fromisoformat(data["generated_at"]).utcoffset() is not None
+    assert {"input", "peak_live_bytes", "ssd_capacity_bytes", "results"} <= set(data)
+
+
+def test_simulate_prints_the_budget_as_it_was_meant(zero_log: Path) -> None:
+    args = ["--policy", "first-fit", "--no-bound", "--no-progress"]
+    for budget in ("5", "5%", " 5 %"):
+        res = _invoke("simulate", str(zero_log), "--budget", budget, *args)
+        assert res.exit_code == 0, res.output
+        line = next(x for x in res.output.splitlines() if x.startswith("SSD budget "))
+        assert "bytes (5% of peak live bytes " in line, line
+        res = _invoke("simulate", str(zero_log), "--budget", budget, *args, "--json")
+        assert _strict(res.output)["budget"] == "5%"
+    res = _invoke("simulate", str(zero_log), "--budget", "2GiB", *args)
+    assert res.exit_code == 0, res.output
+    assert "SSD budget 2,147,483,648 bytes (2GiB; peak live bytes " in res.output
+
+
+def test_the_bound_option_says_how_many_budgets_it_bounds() -> None:
+    def bound_help(command: str) -> str:
+        text = " ".join(_invoke(command, "--help").output.split())
+        return text[text.index("--bound / --no-bound") :].split("[default")[0]
+
+    assert "at the budget " in bound_help("simulate") and "each" not in bound_help("simulate")
+    assert "at each budget " in bound_help("evaluate")
+
+
+def test_simulate_writes_what_it_prints_with_out(tmp_path: Path, zero_log: Path) -> None:
+    args = ["simulate", str(zero_log), "--policy", "first-fit", "--no-bound", "--no-progress"]
+    out = tmp_path / "sim"
+    res = _invoke(*args, "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert {p.name for p in out.iterdir()} == {"placement-simulate.json", "placement-simulate.txt"}
+    printed = res.output.rstrip("\n").splitlines()
+    assert printed[-1] == (
+        f"wrote {out / 'placement-simulate.json'}, {out / 'placement-simulate.txt'}"
+    )
+    assert (out / "placement-simulate.txt").read_text().splitlines() == printed[:-1]
+    assert printed[0] == f"logs: {zero_log}" and printed[2].startswith("SSD budget ")
+    saved = _strict((out / "placement-simulate.json").read_text())
+    shown = _strict(_invoke(*args, "--json").output)
+    for data in (saved, shown):
+        data.pop("generated_at")
+        for r in data["results"]:
+            r.pop("wall_s")
+    assert saved == shown
+    res = _invoke(*args, "--out", str(out), "--json")
+    assert res.exit_code == 0, res.output
+    data = _strict(res.output)
+    assert data["files"] == {
+        "json": str(out / "placement-simulate.json"),
+        "table": str(out / "placement-simulate.txt"),
+    }
+    assert len(data["files_replaced"]) == 2
+    # an --out that cannot be written is refused before any work
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    res = _invoke(*args, "--out", str(blocker / "sim"))
+    assert res.exit_code == 1 and f"cannot write to {blocker / 'sim'}" in res.output
+
+
+def test_a_copy_of_a_log_under_another_name_is_counted_once(
+    tmp_path: Path, bad_rows_log: Path
+) -> None:
+    """The same rows read from two files (a log copied under another name) are one set of
+    files: the copy's rows are dropped, counted, and change nothing."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "other.parquet").write_bytes((bad_rows_log / "io_log.parquet").read_bytes())
+    n = pq.read_table(bad_rows_log / "io_log.parquet").num_rows
+    sim = ["--policy", "first-fit", "--no-bound", "--no-progress"]
+    once = _strict(_invoke("simulate", str(bad_rows_log), *sim, "--json").output)
+    res = _invoke("simulate", str(bad_rows_log), str(copy), *sim, "--json")
+    assert res.exit_code == 0, res.output
+    twice = _strict(res.output)
+    report = twice["input"]
+    assert report["files_read"] == 2 and report["rows_read"] == 2 * n
+    assert report["rows_dropped"] == 10 and report["rows_repeated"] == n - 5
+    assert report["rows_usable"] == n - 5 == once["input"]["rows_usable"]
+    assert once["input"]["rows_repeated"] == 0
+    assert twice["peak_live_bytes"] == once["peak_live_bytes"]
+    assert twice["results"][0]["n_files"] == once["results"][0]["n_files"] == n - 5
+    assert twice["results"][0]["savings_fraction"] == once["results"][0]["savings_fraction"]
+    res = _invoke("simulate", str(bad_rows_log), str(copy), *sim)
+    assert f"{n - 5} duplicate rows dropped" in res.output.splitlines()[1]
+    # evaluate: the same test files and savings as from the log alone
+    outs = {}
+    for name, logs in (("once", [bad_rows_log]), ("twice", [bad_rows_log, copy])):
+        res = _invoke("evaluate", *map(str, logs), "--out", str(tmp_path / name), *QUICK)
+        assert res.exit_code == 0, res.output
+        outs[name] = _strict((tmp_path / name / "placement-eval.json").read_text())
+    assert outs["twice"]["rows"]["test"] == outs["once"]["rows"]["test"]
+    assert outs["twice"]["rows"]["usable"] == n - 5
+    assert outs["twice"]["rows"]["input"]["rows_repeated"] == n - 5
+    assert outs["twice"]["savings"] == outs["once"]["savings"]
