@@ -12,10 +12,27 @@ seconds after the last flush, on :meth:`LogWriter.maybe_flush` (called periodica
 the worker plugin) and on :meth:`LogWriter.close`. A flush that fails keeps its rows
 buffered for the next attempt. A row that does not fit the schema is dropped alone (and
 counted in :attr:`LogWriter.rows_dropped`); the other rows of its flush are written.
+
+What a dead worker loses
+------------------------
+A Dask worker flushes its buffered rows every ``flush_interval_s`` seconds (5 by default,
+:class:`~placement.storage.worker.StorageOptions`) when it has any: a flush of a few dozen
+rows takes about 1.3 ms and writes one file of about 7 KiB (2000 rows: 6.7 ms, 20 KiB), and
+a worker writes at most 12 files a minute besides those of ``max_rows`` rows; an idle one
+writes none. A worker process told to stop by SIGTERM (its nanny past
+``distributed.worker.memory.terminate``, a supervisor, ``kill``) or SIGINT writes its
+buffered rows, and those of its live files, before it ends
+(:mod:`placement.storage.shutdown`). SIGKILL cannot be caught: a worker killed by it
+loses the rows of the files deleted during its last ``flush_interval_s`` seconds, and its
+files still alive never get a row; the next store started on the same tier directories
+removes those files, counts them and records the count beside the logs
+(:meth:`LogWriter.record_unlogged`, read back in :attr:`LogSet.unlogged`).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import os
 import socket
@@ -39,6 +56,11 @@ LOG_SUFFIX = ".parquet"
 #: Name prefix of the hidden directory a collection writes its runs' logs to while it runs
 #: (kept, with the finished runs' logs, when it is interrupted: :func:`placement.collect.collect`)
 PARTS_PREFIX = ".parts-"
+#: Name prefix and suffix of the hidden JSON records of temporary files that went without a
+#: log row (:meth:`LogWriter.record_unlogged`); log readers skip them as they skip every
+#: hidden name, :func:`read_logs` collects them in :attr:`LogSet.unlogged`.
+UNLOGGED_PREFIX = ".unlogged-"
+UNLOGGED_SUFFIX = ".json"
 
 
 class LogWriteError(PlacementError, OSError):
@@ -97,6 +119,7 @@ class LogWriter:
         self._flush_lock = threading.Lock()
         self._last_flush = clock()
         self._seq = 0
+        self._records = 0
         self._closed = False
         #: Rows written to files so far.
         self.rows_written = 0
@@ -123,10 +146,25 @@ class LogWriter:
         if due:
             self._flush_logged()
 
-    def maybe_flush(self) -> Path | None:
-        """Flush if rows are buffered and ``max_interval_s`` has passed; never raises."""
+    def maybe_flush(self, *, min_age_s: float | None = None) -> Path | None:
+        """Flush if rows are buffered and ``min_age_s`` seconds have passed since the last
+        flush; never raises.
+
+        Parameters
+        ----------
+        min_age_s : float, optional
+            Seconds since the last flush; default ``max_interval_s``. A caller that calls
+            this periodically passes 0 to flush whatever is buffered at each call (the
+            worker's flush period then bounds how long a row waits).
+
+        Returns
+        -------
+        Path or None
+            The file written, or ``None`` (nothing due, or the flush failed and was logged).
+        """
+        age = self.max_interval_s if min_age_s is None else min_age_s
         with self._lock:
-            due = bool(self._rows) and self._clock() - self._last_flush >= self.max_interval_s
+            due = bool(self._rows) and self._clock() - self._last_flush >= age
         return self._flush_logged() if due else None
 
     def _flush_logged(self) -> Path | None:
@@ -143,6 +181,12 @@ class LogWriter:
         """Rows buffered and not yet written."""
         with self._lock:
             return len(self._rows)
+
+    def prepare(self) -> None:
+        """Do now what the first flush of this process would do once: pyarrow imports
+        pandas the first time it converts rows (about 0.2 s), so that a flush under a
+        deadline (a stop signal, :mod:`placement.storage.shutdown`) takes milliseconds."""
+        pq.write_table(_to_table([]), io.BytesIO())
 
     def flush(self) -> Path | None:
         """Write the buffered rows to a new Parquet file now.
@@ -261,6 +305,50 @@ class LogWriter:
             self._closed = True
         self.flush()
 
+    def record_unlogged(self, record: Mapping[str, Any]) -> Path:
+        """Write ``record``, what is known of temporary files that went without a log row,
+        as a hidden JSON file in the log directory (atomically, as log files are).
+
+        A store calls it when it removes the files of a dead store
+        (:meth:`~placement.storage.store.TieredFileStore.cleanup_orphans`): their rows
+        were never made, and the log schema has no way to flag a row as incomplete, so
+        their count is kept beside the logs instead of being lost. :func:`read_logs`
+        reads the records back (:attr:`LogSet.unlogged`).
+
+        Parameters
+        ----------
+        record : mapping
+            JSON-ready; by convention ``files`` (count) and ``bytes`` (in bytes).
+
+        Returns
+        -------
+        Path
+            The file written: ``.unlogged-<prefix>-<n>.json``.
+
+        Raises
+        ------
+        LogWriteError
+            If the file cannot be written.
+        """
+        with self._lock:
+            self._records += 1
+            name = f"{UNLOGGED_PREFIX}{self.prefix}-{self._records:06d}{UNLOGGED_SUFFIX}"
+        final = self.directory / name
+        tmp = self.directory / f"{name}.tmp"
+        try:
+            tmp.write_text(json.dumps(dict(record), sort_keys=True) + "\n")
+            os.replace(tmp, final)
+        except (OSError, TypeError, ValueError) as exc:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            message = f"writing the record of unlogged files {final} failed: {exc}"
+            if isinstance(exc, OSError) and exc.errno is not None:
+                raise LogWriteError(exc.errno, message) from exc
+            raise LogWriteError(message) from exc
+        return final
+
     def __enter__(self) -> LogWriter:
         return self
 
@@ -301,6 +389,14 @@ class LogSet:
     files: list[Path] = field(default_factory=list)
     #: (path, reason) of every file skipped because it is unreadable or does not fit the schema.
     bad_files: list[tuple[Path, str]] = field(default_factory=list)
+    #: Records of temporary files that went without a row (:meth:`LogWriter.record_unlogged`),
+    #: found in the directories read.
+    unlogged: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def unlogged_files(self) -> int:
+        """Temporary files that went without a row, by :attr:`unlogged` (0 if none)."""
+        return sum(int(r.get("files", 0) or 0) for r in self.unlogged)
 
 
 def log_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -344,20 +440,45 @@ def kept_parts_dirs(path: str | os.PathLike[str]) -> list[Path]:
     return found
 
 
+def unlogged_record_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The records of unlogged files (:meth:`LogWriter.record_unlogged`) below directory
+    ``path``, outside hidden directories (as :func:`log_files`); empty for a file."""
+    p = Path(path)
+    if not p.is_dir():
+        return []
+    return sorted(
+        f
+        for f in p.rglob(f"{UNLOGGED_PREFIX}*{UNLOGGED_SUFFIX}")
+        if not any(part.startswith(".") for part in f.relative_to(p).parent.parts)
+    )
+
+
 def read_logs(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> LogSet:
     """Read and concatenate log files, conforming each to the schema.
 
     Files that cannot be read or do not fit the schema are skipped and listed in
-    :attr:`LogSet.bad_files`; they never stop the others from being read.
+    :attr:`LogSet.bad_files`; they never stop the others from being read. The records of
+    temporary files that went without a row, in the directories read, are collected in
+    :attr:`LogSet.unlogged` (an unreadable one is listed in :attr:`LogSet.bad_files`).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files: list[Path] = []
+    unlogged: list[dict[str, Any]] = []
+    bad: list[tuple[Path, str]] = []
     for p in paths:
         files.extend(log_files(p))
+        for record_file in unlogged_record_files(p):
+            try:
+                record = json.loads(record_file.read_text())
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+            except (OSError, ValueError) as exc:
+                bad.append((record_file, f"{type(exc).__name__}: {exc}"))
+                continue
+            unlogged.append({**record, "path": str(record_file)})
     tables: list[pa.Table] = []
     good: list[Path] = []
-    bad: list[tuple[Path, str]] = []
     for f in files:
         try:
             tables.append(conform(pq.read_table(f)))
@@ -365,4 +486,4 @@ def read_logs(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) 
         except (OSError, pa.ArrowException, SchemaError) as exc:
             bad.append((f, f"{type(exc).__name__}: {exc}"))
     table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
-    return LogSet(table=table, files=good, bad_files=bad)
+    return LogSet(table=table, files=good, bad_files=bad, unlogged=unlogged)

@@ -886,8 +886,20 @@ class ModelSet:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ModelSet:
-        """Load a directory written by :meth:`save`, or a single model directory (global only)."""
+        """Load a directory written by :meth:`save`, or a single model directory (global only).
+
+        Raises
+        ------
+        ModelError
+            If ``path`` is a file (give the directory that holds it), or the models in it
+            are missing, unreadable or incompatible.
+        """
         directory = Path(path)
+        if directory.is_file():
+            raise ModelError(
+                f"{directory} is a file; give the model directory that holds it "
+                f"({directory.parent}), not a file in it"
+            )
         index_file = directory / SET_FILE
         if not index_file.is_file():
             if (directory / META_FILE).is_file() or not directory.exists():

@@ -24,8 +24,13 @@ What happens on failure
   logged as a warning, the recovery at info level.
 * **Scheduler back**: the next renewal reports the worker's real SSD usage, so the
   ledger is corrected at once, and a fresh lease resumes SSD placement.
-* **Scheduler without the service** (no ``placement_sync`` handler): as unreachable,
-  with a warning that names the preload to add.
+* **Scheduler without the service** (it answers that it has no ``placement_sync``
+  handler: started without ``--preload placement.dask``, or the service failed to
+  start there): as unreachable, with one warning per outage that says so. Renewals back
+  off: the wait doubles from ``placement.service.sync-interval`` up to
+  ``placement.service.max-backoff`` (30 s), so the scheduler, which logs every
+  message it has no handler for, is not flooded; the first answer of a service brings
+  the normal interval back.
 * **A bad model payload**: the worker keeps its current model and says why, once per
   model version; it reports the version (``bad_model_version``) so that the scheduler
   does not ship it again until a newer one exists.
@@ -51,6 +56,7 @@ import numpy as np
 
 from placement.service.config import (
     LEASE_TTL_KEY,
+    MAX_BACKOFF_KEY,
     SYNC_INTERVAL_KEY,
     LinkConfig,
     ServiceConfig,
@@ -115,6 +121,8 @@ class ServiceLink:
         self.failures = 0
         self.consecutive_failures = 0
         self.last_error: str | None = None
+        #: Answers in a row saying the scheduler runs no placement service.
+        self.no_service_answers = 0
         self.model_errors = 0
         self.bad_model_version: int | None = None
         self._warned: set[str] = set()
@@ -175,12 +183,19 @@ class ServiceLink:
             message = self._message(ticket)
             handler = getattr(self.rpc, SYNC_HANDLER)
             reply = await asyncio.wait_for(handler(**message), timeout=self.config.sync_timeout_s)
+            if reply is None:  # what Dask answers for an op it has no handler for
+                raise ServiceUnavailable(
+                    f"the scheduler runs no placement service (it has no {SYNC_HANDLER!r} "
+                    "handler): it was started without `--preload placement.dask`, or the "
+                    "service failed to start there (see the scheduler's log)"
+                )
             if isinstance(reply, dict) and "refused" in reply:
                 raise ServiceError(f"the scheduler refused the renewal: {reply['refused']}")
-            if not isinstance(reply, dict) or "allowance" not in reply:
-                raise ServiceUnavailable(
-                    "the scheduler has no placement service (no answer to "
-                    f"{SYNC_HANDLER!r}); start it with `dask scheduler --preload placement.dask`"
+            if not isinstance(reply, dict):
+                raise ServiceError(
+                    f"malformed {SYNC_HANDLER} answer from the scheduler (a "
+                    f"{type(reply).__name__}, not a lease); run the same placement version "
+                    "on the scheduler and the workers"
                 )
             lease = _parse_reply(reply)
             rtt = time.perf_counter() - started
@@ -200,6 +215,7 @@ class ServiceLink:
             return False
         self._rtt.append(rtt)
         self.syncs += 1
+        self.no_service_answers = 0
         if self.consecutive_failures:
             logger.info(
                 "placement service answers again after %d failed renewal(s); SSD placement resumes",
@@ -254,6 +270,22 @@ class ServiceLink:
         else:
             reason = f"{type(exc).__name__}: {exc}"
         self.last_error = reason
+        if isinstance(exc, ServiceUnavailable):
+            self.no_service_answers += 1
+            if self.no_service_answers == 1:  # once per outage
+                logger.warning(
+                    "placement worker %s: %s; new files use the current lease until it "
+                    "expires, then %r, and renewals are retried less and less often (up to "
+                    "every %g s, %s) until the service answers",
+                    self.address,
+                    exc,
+                    self.chooser.fallback,
+                    self.config.max_backoff_s,
+                    MAX_BACKOFF_KEY,
+                )
+                return
+        else:
+            self.no_service_answers = 0
         if self.consecutive_failures == 1 and warn:
             logger.warning(
                 "placement lease renewal failed on %s (%s); new files use the current lease "
@@ -301,14 +333,29 @@ class ServiceLink:
             return
         loop.call_soon_threadsafe(event.set)
 
+    def next_wait_s(self) -> float:
+        """Seconds until the next renewal: the renewal interval, or while the scheduler
+        answers that it runs no placement service, that interval doubled for each such
+        answer after the first, up to ``max_backoff_s``."""
+        interval = self.config.sync_interval_s
+        if self.no_service_answers <= 1:
+            return interval
+        doublings = min(self.no_service_answers - 1, 64)
+        return max(interval, min(interval * 2.0**doublings, self.config.max_backoff_s))
+
     async def _run(self) -> None:
         assert self._wake is not None
         while not self._closed:
             try:
                 await self.sync_once()
                 self._wake.clear()
+                wait_s = self.next_wait_s()
+                if self.no_service_answers:
+                    # backing off: an early-renewal signal does not cut the wait short
+                    await asyncio.sleep(wait_s)
+                    continue
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.config.sync_interval_s)
+                    await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
             except Exception as exc:  # noqa: BLE001 - only stop() ends the renewals
                 self._loop_error(exc)
                 await asyncio.sleep(self.config.sync_interval_s)
@@ -357,6 +404,8 @@ class ServiceLink:
             "failures": self.failures,
             "consecutive_failures": self.consecutive_failures,
             "last_error": self.last_error,
+            "no_service_answers": self.no_service_answers,
+            "next_wait_s": self.next_wait_s(),
             "model_errors": self.model_errors,
             "bad_model_version": self.bad_model_version,
             "rtt_ms": (

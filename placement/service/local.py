@@ -18,6 +18,7 @@ from typing import Any
 import dask
 from dask.utils import parse_bytes
 
+from placement.errors import PlacementError
 from placement.local_cluster import WORKER_PRELOAD_KEY, local_cluster
 from placement.service.config import MODEL_KEY, SSD_CAPACITY_KEY, LinkConfig
 from placement.service.errors import ServiceConfigError
@@ -25,6 +26,7 @@ from placement.storage.config import (
     HDD_DIR_KEY,
     LOG_DIR_KEY,
     SSD_DIR_KEY,
+    check_storage_dirs,
     spill_heavy_settings,
 )
 
@@ -140,6 +142,13 @@ def service_cluster(options: ServeOptions, **cluster_kwargs: Any) -> Iterator[An
     ``options.dashboard_address`` (nor a ``dashboard_address`` in ``cluster_kwargs``) it has no
     dashboard and its scheduler no HTTP server at all (``cluster.dashboard_link`` is ``""``),
     and its worker processes ignore SIGINT, so Ctrl-C stops the cluster from this process.
+
+    Raises
+    ------
+    PlacementError
+        If the service cannot start on the scheduler or a worker (a ``placement.*`` value,
+        a model, a directory): the error that stopped it, rather than Dask's "failed to
+        start".
     """
     kwargs: dict[str, Any] = {
         "n_workers": options.n_workers,
@@ -152,5 +161,26 @@ def service_cluster(options: ServeOptions, **cluster_kwargs: Any) -> Iterator[An
     if options.local_directory:
         kwargs["local_directory"] = options.local_directory
     kwargs.update(cluster_kwargs)
-    with dask.config.set(options.dask_config()), local_cluster(**kwargs) as cluster:
+    # here, not only in the workers, whose start fails with Dask's "Nanny failed to start"
+    check_storage_dirs(options.ssd_dir, options.hdd_dir, options.log_dir)
+    with dask.config.set(options.dask_config()), contextlib.ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(local_cluster(**kwargs))
+        except RuntimeError as exc:  # Dask's "Cluster failed to start", caused by ours?
+            cause = _placement_cause(exc)
+            if cause is None:
+                raise
+            raise type(cause)(*cause.args) from exc
         yield cluster
+
+
+def _placement_cause(exc: BaseException) -> PlacementError | None:
+    """The :class:`PlacementError` that ``exc`` was (indirectly) raised from, if any."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, PlacementError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from placement.service.config import ServiceConfig
+from placement.errors import ModelError, PlacementError
+from placement.service.config import MODEL_KEY, ServiceConfig
 from placement.service.errors import WorkerRemoved
 from placement.service.service import PlacementService
+from placement.storage.config import env_name
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +38,9 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
     (again); ``close()`` removes the handlers. Added by the ``placement.dask`` preload
     (``dask scheduler --preload placement.dask``), with
     ``client.register_plugin(PlacementSchedulerPlugin(...))``, or in the scheduler's
-    process with ``scheduler.add_plugin(...)``.
+    process with ``scheduler.add_plugin(...)``. A service that cannot be built from the
+    config makes ``start`` log one error line (the key and the fix) and raise, so a
+    scheduler starting with the plugin fails to start.
 
     Parameters
     ----------
@@ -57,7 +62,12 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
 
     async def start(self, scheduler: Any) -> None:
         if self.service is None:
-            self.service = PlacementService(ServiceConfig.from_dask_config())
+            try:
+                self.service = service_from_dask_config()
+            except PlacementError as exc:
+                # a configuration error: one line that names the key and the fix, no traceback
+                logger.error("placement service not started: %s", exc)
+                raise
         self.scheduler = scheduler
         for op, method in HANDLERS.items():
             scheduler.handlers[op] = getattr(self, method)
@@ -102,8 +112,45 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
         return self._service().state()
 
     async def handle_reload_model(self, path: str | None = None) -> dict[str, Any]:
-        """``placement_reload_model``: load a new model without a restart (in a thread)."""
-        return await asyncio.to_thread(self._service().reload_model, path)
+        """``placement_reload_model``: load a new model without a restart (in a thread).
+
+        ``path`` is read on the scheduler: a relative one from the scheduler's working
+        directory (the error says so)."""
+        try:
+            return await asyncio.to_thread(self._service().reload_model, path)
+        except ModelError as exc:
+            if path is None or os.path.isabs(path):
+                raise
+            raise ModelError(
+                f"{exc} (the scheduler read the relative path {path!r} from its working "
+                f"directory {os.getcwd()}; give a path the scheduler can read, absolute "
+                "where the client's and the scheduler's directories differ)"
+            ) from exc
 
     def __getstate__(self) -> dict[str, Any]:
         return {"service": self.service, "scheduler": None}
+
+
+def service_from_dask_config() -> PlacementService:
+    """A :class:`PlacementService` built from the ``placement.*`` Dask config keys.
+
+    Raises
+    ------
+    ServiceConfigError
+        If a key is missing or invalid (the message names the key and the fix).
+    ModelError
+        If ``placement.model`` names no loadable model (the message names the key).
+    """
+    config = ServiceConfig.from_dask_config()
+    try:
+        return PlacementService(config)
+    except ModelError as exc:
+        path = config.model_path
+        if path is None:
+            raise
+        where = "" if os.path.isabs(path) else f" (from the working directory {os.getcwd()})"
+        raise ModelError(
+            f"{MODEL_KEY}={path!r}{where} cannot be loaded: {exc}; set {MODEL_KEY} "
+            f"({env_name(MODEL_KEY)}) to a model directory written by `dataplane placement "
+            "train --out DIR`, or unset it to start without a model"
+        ) from exc

@@ -29,6 +29,15 @@ cluster and is tested directly. It answers three requests:
     logs) and the history statistics from the log directory, without a restart;
     workers pick it up at their next renewal.
 
+The model configured at startup (``config.model_path``) is loaded when the service is
+built, but the history statistics it reads come from every log file in the log
+directory, which can take seconds: they are read in a thread
+(:meth:`~PlacementService.wait_for_history`), so the scheduler's event loop, which
+builds the service, goes on serving meanwhile. Until they are read the service answers
+as a service without a model does (the size heuristic, model version 0, no model
+shipped); then the model (version 1) is installed, as a reload installs one, and workers
+pick it up at their next renewal.
+
 What happens on failure: a malformed report raises
 :class:`~placement.service.errors.ServiceError` (the worker treats it as an unreachable
 service and falls back to HDD); a report from a worker the scheduler has removed
@@ -37,7 +46,8 @@ service and falls back to HDD); a report from a worker the scheduler has removed
 worker's share; a worker that stops reporting is forgotten after :data:`STALE_LEASES`
 lease lives even if its removal was never seen; a model that cannot be loaded raises
 :class:`~placement.errors.ModelError` and the current model stays in use; unreadable
-log files are skipped when reading history.
+log files are skipped when reading history, and history that cannot be read at all
+leaves the model without it (logged).
 """
 
 from __future__ import annotations
@@ -182,12 +192,19 @@ class PlacementService:
         # addresses of removed workers, oldest first: their late renewals are refused
         self._removed: dict[str, None] = {}
         self.reloads = 0
+        #: The configured model, waiting for its history (read in a thread).
+        self._pending: Predictor | None = None
+        self._history_done = threading.Event()
         if predictor is None:
-            predictor = (
-                self._build(config.model_path, version=1) if config.model_path else Predictor()
-            )
+            if config.model_path:
+                # a bad model stops the service here, as it always did; only the history
+                # (every log file) is left to the thread
+                models = ModelSet.load(config.model_path)
+                self._pending = Predictor(models, version=1, source=str(config.model_path))
+            predictor = Predictor()
         self._predictor = predictor
         self._payload = predictor.to_bytes() if predictor.version else None
+        self._start_history()
 
     # ------------------------------------------------------------------ model
     @property
@@ -195,8 +212,73 @@ class PlacementService:
         with self._lock:
             return self._predictor
 
+    def _start_history(self) -> None:
+        """Read the pending model's history in a thread (nothing to do without one)."""
+        if self._pending is None:
+            self._history_done.set()
+            return
+        self._history_done.clear()
+        threading.Thread(target=self._load_history, name="placement-history", daemon=True).start()
+
+    def _load_history(self) -> None:
+        """Read the history and install the pending model with it (in the history thread)."""
+        try:
+            with self._lock:
+                pending = self._pending
+            if pending is None:
+                return
+            try:
+                history = self.read_history()
+            except Exception:
+                logger.exception(
+                    "reading placement history from %s failed; the model runs without it",
+                    self.config.log_dir,
+                )
+                history = None
+            predictor = Predictor(
+                pending.models, history, version=pending.version, source=pending.source
+            )
+            payload = predictor.to_bytes()
+            with self._lock:
+                installed = self._predictor.version < predictor.version  # no reload won
+                if installed:
+                    self._predictor, self._payload = predictor, payload
+                self._pending = None
+            if installed:
+                logger.info(
+                    "placement model version %d loaded from %s, with the history of %d run(s)",
+                    predictor.version,
+                    predictor.source,
+                    history.n_runs if history is not None else 0,
+                )
+        finally:
+            self._history_done.set()
+
+    @property
+    def history_loading(self) -> bool:
+        """Whether the configured model still waits for its history (read in a thread)."""
+        return not self._history_done.is_set()
+
+    def wait_for_history(self, timeout: float | None = None) -> bool:
+        """Wait until the configured model's history is read and the model installed.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Most seconds to wait; ``None`` waits as long as it takes.
+
+        Returns
+        -------
+        bool
+            True when nothing is left to read (at once without a configured model).
+        """
+        return self._history_done.wait(timeout)
+
     def read_history(self) -> HistorySnapshot | None:
-        """History statistics of the runs logged in ``config.log_dir`` (``None`` if none)."""
+        """History statistics of the runs logged in ``config.log_dir`` (``None`` if none).
+
+        Blocking (reads every log file): the service calls it in a thread.
+        """
         log_dir = self.config.log_dir
         if not log_dir or not Path(log_dir).is_dir():
             return None
@@ -207,6 +289,14 @@ class PlacementService:
             return None
         for path, reason in logs.bad_files[:5]:
             logger.warning("skipped placement log file %s: %s", path, reason)
+        if logs.unlogged_files:
+            logger.warning(
+                "%d temporary file(s) of workers that died went without a log row "
+                "(%d record(s) in %s): the history lacks them",
+                logs.unlogged_files,
+                len(logs.unlogged),
+                log_dir,
+            )
         if logs.table.num_rows == 0:
             return None
         return HistoryStore.from_table(logs.table).snapshot()
@@ -457,6 +547,7 @@ class PlacementService:
             "threshold": threshold if math.isfinite(threshold) else str(threshold),
             "model": self.predictor.describe(),
             "reloads": self.reloads,
+            "history_loading": self.history_loading,
             "departed_workers": self.departed,
             "config": {
                 "ssd_capacity_bytes": self.config.ssd_capacity_bytes,
@@ -485,12 +576,15 @@ class PlacementService:
         # sends to the scheduler) gets a fresh one
         with self._lock:
             state = dict(self.__dict__)
-        del state["_lock"]
+        del state["_lock"], state["_history_done"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._history_done = threading.Event()
+        # a copy made while the history was still being read reads it itself
+        self._start_history()
 
     def __repr__(self) -> str:
         return f"<PlacementService {self.ledger!r} model v{self.predictor.version}>"

@@ -25,13 +25,14 @@ from typing import Any
 from distributed.spill import SpillBuffer
 
 from placement.service.config import LinkConfig
+from placement.service.errors import ServiceError
 from placement.service.lease import LeasedChooser
 from placement.service.link import ServiceLink
 from placement.storage.chooser import FixedTier, TierChooser
-from placement.storage.config import LOG_DIR_KEY, config_dir
+from placement.storage.config import LOG_DIR_KEY, check_storage_dirs, config_dir, tier_dirs
 from placement.storage.plugin import PlacementWorkerPlugin
 from placement.storage.spill import TieredSpillBuffer, tiered_spill_buffer
-from placement.storage.worker import worker_storage
+from placement.storage.worker import PLUGIN_NAME
 from placement.tier import Tier
 
 logger = logging.getLogger(__name__)
@@ -83,14 +84,19 @@ def install_tiered_spill(
 class ServiceWorkerPlugin(PlacementWorkerPlugin):
     """Tiered storage on a worker whose tiers the placement service decides.
 
-    Lifecycle: ``setup(worker)`` swaps in a tiered spill buffer when it can
-    (:func:`install_tiered_spill`), attaches the storage
+    Lifecycle: ``setup(worker)`` reads the renewal settings, checks the tier and log
+    directories (:func:`~placement.storage.config.check_storage_dirs`), swaps in a
+    tiered spill buffer when it can (:func:`install_tiered_spill`), attaches the storage
     (:class:`~placement.storage.WorkerStorage`), installs a :class:`LeasedChooser` as
     the store's chooser and starts the :class:`ServiceLink` (one renewal is attempted
     at once, without waiting for it); ``teardown(worker)`` stops the link and closes
-    the storage. The plugin shares the name ``placement-storage`` with
-    :class:`PlacementWorkerPlugin`, so :func:`~placement.storage.worker_storage_state`
-    and :func:`~placement.storage.flush_worker_logs` work unchanged.
+    the storage. When ``setup`` fails (a bad ``placement.*`` value, a directory it
+    cannot write) it logs one line naming the key and the fix, undoes what it did
+    (store directories and locks included, on a worker that is not running yet) and
+    raises: the ``placement.dask`` preload then fails the worker's start. The plugin
+    shares the name ``placement-storage`` with :class:`PlacementWorkerPlugin`, so
+    :func:`~placement.storage.worker_storage_state` and
+    :func:`~placement.storage.flush_worker_logs` work unchanged.
 
     Parameters
     ----------
@@ -131,14 +137,33 @@ class ServiceWorkerPlugin(PlacementWorkerPlugin):
         self.link: ServiceLink | None = None
 
     async def setup(self, worker: Any) -> None:  # type: ignore[override]
+        installed: list[TieredSpillBuffer] = []
+        try:
+            self._setup(worker, installed)
+        except Exception as exc:
+            await self._undo(worker, installed)
+            logger.error(
+                "placement storage on worker %s not started: %s",
+                getattr(worker, "address", worker),
+                exc,
+            )
+            raise
+
+    def _setup(self, worker: Any, installed: list[TieredSpillBuffer]) -> None:
         link_config = self.link_config or LinkConfig.from_dask_config()
+        if not isinstance(worker.data, TieredSpillBuffer):  # its store checked its own
+            ssd, hdd = tier_dirs(worker.local_directory, self.options.ssd_dir, self.options.hdd_dir)
+            check_storage_dirs(ssd, hdd, self.options.log_dir or config_dir(LOG_DIR_KEY))
         if self.swap_spill:
-            install_tiered_spill(
+            before = worker.data
+            buffer = install_tiered_spill(
                 worker,
                 ssd_dir=self.options.ssd_dir,
                 hdd_dir=self.options.hdd_dir,
                 log_dir=self.options.log_dir,
             )
+            if buffer is not None and buffer is not before:
+                installed.append(buffer)
         chooser = LeasedChooser(
             fallback=self.fallback, unknown_size_bytes=link_config.unknown_size_bytes
         )
@@ -150,6 +175,24 @@ class ServiceWorkerPlugin(PlacementWorkerPlugin):
             chooser, self.storage.store, worker.scheduler, worker.address, config=link_config
         )
         self.link.start()
+
+    async def _undo(self, worker: Any, installed: list[TieredSpillBuffer]) -> None:
+        """Undo a failed :meth:`setup`, best effort: stop the link, and on a worker that is
+        not running yet (a failed start) close the store this setup created, so that its
+        directories and lock files go; a running worker keeps its spill buffer."""
+        starting = getattr(getattr(worker, "status", None), "name", "") != "running"
+        try:
+            if self.link is not None:
+                await self.link.stop()
+                self.link = None
+            if self.storage is not None:
+                self.storage.close(worker_closing=starting)
+                self.storage = None
+            elif starting:
+                for buffer in installed:
+                    buffer.close()
+        except Exception:  # noqa: BLE001 - the setup error is the one to report
+            logger.exception("undoing a failed placement storage setup failed")
 
     async def teardown(self, worker: Any) -> None:  # type: ignore[override]
         if self.link is not None:
@@ -168,20 +211,23 @@ def worker_link(dask_worker: Any) -> ServiceLink:
 
     Raises
     ------
-    StorageError
-        If the worker has no placement storage plugin.
     ServiceError
-        If its storage plugin is not the service's.
+        If the worker runs no placement service: no placement storage at all, or the
+        storage alone (:class:`~placement.storage.PlacementWorkerPlugin`).
     """
-    from placement.service.errors import ServiceError
-
-    worker_storage(dask_worker)  # raises the storage error naming the plugin
-    plugin = dask_worker.plugins.get(ServiceWorkerPlugin.name)
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    if getattr(plugin, "storage", None) is None:
+        raise ServiceError(
+            f"worker {dask_worker.address} runs no placement service: start the workers "
+            "with `dask worker --preload placement.dask` (if they were, the worker's log "
+            "says why the placement storage did not start), or `dataplane serve`"
+        )
     link = getattr(plugin, "link", None)
     if link is None:
         raise ServiceError(
-            f"worker {dask_worker.address} runs placement storage without the service; "
-            "start it with --preload placement.dask"
+            f"worker {dask_worker.address} runs placement storage without the service "
+            "(placement.storage.PlacementWorkerPlugin); start the workers with "
+            "`dask worker --preload placement.dask` for the service"
         )
     return link
 

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from placement.storage.chooser import ByKindTier, FixedTier, TierChooser
 from placement.storage.context import RequestBuilder, RunContext, get_run_context, set_run_context
-from placement.storage.errors import ShardError, StorageError, TierIOError, UnsafePathError
+from placement.storage.errors import (
+    ShardError,
+    StorageConfigError,
+    StorageError,
+    TierIOError,
+    UnsafePathError,
+)
 from placement.storage.plugin import PlacementWorkerPlugin
 from placement.storage.request import FileKind, FileRequest
 from placement.storage.shards import ShardCache, ShardRef, drop_shard, put_shard, worker_shards
@@ -37,6 +43,7 @@ __all__ = [
     "ShardCache",
     "ShardError",
     "ShardRef",
+    "StorageConfigError",
     "StorageError",
     "StorageOptions",
     "TempFile",

@@ -29,3 +29,8 @@ class TierIOError(StorageError, OSError):
 class ShardError(StorageError, LookupError):
     """A cache shard is not in this worker's store (dropped, or read on another worker),
     or a read asks for records it does not hold."""
+
+
+class StorageConfigError(StorageError, ValueError):
+    """A tier or log directory cannot be used as configured (names the ``placement.*-dir``
+    key, the directory and the fix)."""

@@ -31,6 +31,7 @@ class PlacementWorkerPlugin(WorkerPlugin):
         chooser: TierChooser | None = None,
         route_p2p: bool = True,
         flush_interval_s: float = 5.0,
+        save_on_signal: bool = True,
     ) -> None:
         self.options = StorageOptions(
             ssd_dir=None if ssd_dir is None else str(ssd_dir),
@@ -39,6 +40,7 @@ class PlacementWorkerPlugin(WorkerPlugin):
             chooser=chooser,
             route_p2p=route_p2p,
             flush_interval_s=flush_interval_s,
+            save_on_signal=save_on_signal,
         )
         self.storage: WorkerStorage | None = None
 

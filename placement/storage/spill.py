@@ -38,7 +38,13 @@ from distributed.spill import SpillBuffer
 
 from placement.logwriter import LogWriter
 from placement.storage.chooser import TierChooser
-from placement.storage.config import LOG_DIR_KEY, config_dir, default_target_fraction, tier_dirs
+from placement.storage.config import (
+    LOG_DIR_KEY,
+    check_storage_dirs,
+    config_dir,
+    default_target_fraction,
+    tier_dirs,
+)
 from placement.storage.context import RequestBuilder
 from placement.storage.errors import StorageError
 from placement.storage.paths import name_for_key
@@ -221,6 +227,12 @@ def tiered_spill_buffer(
         Default Dask config ``distributed.worker.memory.max-spill``.
     log_max_rows, log_max_interval_s
         Flush policy of the log writer (rows; seconds).
+
+    Raises
+    ------
+    StorageConfigError
+        If the tier directories are one, or a directory cannot be created or written
+        (:func:`~placement.storage.config.check_storage_dirs`; nothing is left behind).
     """
     ssd, hdd = tier_dirs(
         worker_local_directory,
@@ -228,6 +240,7 @@ def tiered_spill_buffer(
         os.fspath(hdd_dir) if hdd_dir else None,
     )
     logs = log_dir or config_dir(LOG_DIR_KEY)
+    check_storage_dirs(ssd, hdd, os.fspath(logs) if logs else None)
     limit = parse_bytes(memory_limit) if isinstance(memory_limit, str) else memory_limit
     if target is not None:
         target_bytes = parse_bytes(target) if isinstance(target, str) else int(target)

@@ -24,7 +24,10 @@ What happens on failure
   sealed for reading (:meth:`TieredFileStore.seal`), so a partial file is never read
   back. The dead store's lock is released by the kernel; the next store created on the
   same tier directories removes the dead store's directory
-  (:meth:`TieredFileStore.cleanup_orphans`).
+  (:meth:`TieredFileStore.cleanup_orphans`). The files it held never get a log row:
+  the cleaner counts them (and their bytes, per dead store and tier), logs a warning
+  and hands the count to its sink's ``record_unlogged`` when it has one
+  (:meth:`~placement.logwriter.LogWriter.record_unlogged` keeps it beside the logs).
 * **Unsafe names** (``..``, absolute paths, symlinks): refused with
   :class:`~placement.storage.errors.UnsafePathError` before anything is touched.
 * **Chooser raises**: the file goes to HDD and the error is logged.
@@ -52,7 +55,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -72,12 +75,42 @@ LOCK_SUFFIX = ".lock"
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+#: Most file names a record of unlogged files lists (the counts cover every file).
+UNLOGGED_SAMPLE = 100
+
+
 class RowSink(Protocol):
-    """Receives one log row (schema column -> value) per deleted file."""
+    """Receives one log row (schema column -> value) per deleted file.
+
+    A sink may also have ``record_unlogged(record)`` (as
+    :class:`~placement.logwriter.LogWriter` has): it then receives the count of the files of
+    dead stores that a cleanup removed without a row (:meth:`TieredFileStore.cleanup_orphans`).
+    """
 
     def add(self, row: Mapping[str, Any]) -> None:
         """Take ``row``; must be thread-safe."""
         ...
+
+
+@dataclass
+class DeadStoreFiles:
+    """What a cleanup found in one dead store's directory on one tier: the files that went
+    without a log row (a file and its ``.partial`` count once), in bytes on disk."""
+
+    store: str
+    tier: Tier
+    files: int = 0
+    bytes: int = 0
+    names: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "tier": self.tier.value,
+            "files": self.files,
+            "bytes": self.bytes,
+            "names": list(self.names),
+        }
 
 
 @dataclass
@@ -222,6 +255,8 @@ class TieredFileStore:
         self.fallbacks = 0
         #: Rows the sink refused.
         self.rows_dropped = 0
+        #: Files of dead stores that this store's cleanups removed without a log row.
+        self.orphans_unlogged = 0
         self.orphans_removed = self.cleanup_orphans() if cleanup else 0
         self._lock_fds: list[int] = []
         self.roots: dict[Tier, Path] = {}
@@ -240,17 +275,57 @@ class TieredFileStore:
         killed). Live stores, including those of other processes, are left alone, and so
         are stores of other users and any whose lock file cannot be opened or locked.
 
+        The files a dead store held when it died never got a log row. They are counted
+        (:attr:`orphans_unlogged`), a warning names the count and the dead stores, and
+        the count goes to the sink's ``record_unlogged`` when it has one (see
+        :class:`RowSink`), so the loss is written down beside the logs.
+
         Returns
         -------
         int
             Number of files removed.
         """
         removed = 0
-        for directory in self.tier_dirs.values():
-            removed += _remove_dead_stores(directory)
+        found: list[DeadStoreFiles] = []
+        for tier, directory in self.tier_dirs.items():
+            removed += _remove_dead_stores(directory, tier, found)
         if removed:
             logger.info("removed %d orphaned temporary file(s) left by dead stores", removed)
+        lost = [d for d in found if d.files]
+        if lost:
+            self._record_unlogged(lost)
         return removed
+
+    def _record_unlogged(self, lost: list[DeadStoreFiles]) -> None:
+        """Count, log and record the files of dead stores that went without a row."""
+        files = sum(d.files for d in lost)
+        nbytes = sum(d.bytes for d in lost)
+        with self._lock:
+            self.orphans_unlogged += files
+        stores = sorted({d.store for d in lost})
+        logger.warning(
+            "%d temporary file(s) (%d bytes) of %d dead store(s) (%s) were removed without a "
+            "log row: their process died without closing its store (SIGKILL, a crash)",
+            files,
+            nbytes,
+            len(stores),
+            ", ".join(stores),
+        )
+        record_unlogged = getattr(self.sink, "record_unlogged", None)
+        if record_unlogged is None:
+            return
+        record = {
+            "files": files,
+            "bytes": nbytes,
+            "recorded_at": self.clock(),
+            "recorded_by": self.label,
+            "host": self.host,
+            "stores": [d.to_dict() for d in lost],
+        }
+        try:
+            record_unlogged(record)
+        except Exception:  # the warning above still names the loss
+            logger.exception("recording %d unlogged temporary file(s) failed", files)
 
     def close(self) -> None:
         """Delete every live file (emitting its row), remove this store's directories.
@@ -720,6 +795,23 @@ def _count_files(path: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(path))
 
 
+def _inventory(path: Path, found: DeadStoreFiles) -> None:
+    """Add the temporary files below ``path`` (a dead store's directory) to ``found``: one
+    per name, a ``.partial`` with its complete file counting once; bytes as on disk."""
+    names: set[str] = set()
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = Path(root) / name
+            try:
+                found.bytes += full.stat(follow_symlinks=False).st_size
+            except OSError:
+                pass  # gone meanwhile: still a file that had no row
+            rel = full.relative_to(path).as_posix()
+            names.add(rel.removesuffix(PARTIAL_SUFFIX))
+    found.files += len(names)
+    found.names.extend(sorted(names)[: max(UNLOGGED_SAMPLE - len(found.names), 0)])
+
+
 def _remove_tree(path: Path) -> int:
     """Remove the directory ``path`` as far as possible; return the files actually removed."""
     before = _count_files(path)
@@ -734,12 +826,23 @@ def _owned_by_us(entry: os.DirEntry[str]) -> bool:
         return False  # gone, or not ours to look at
 
 
-def _remove_dead_stores(directory: Path) -> int:
-    """Remove ``store-*`` directories of ``directory`` whose lock nobody holds.
+def _remove_dead_stores(
+    directory: Path, tier: Tier, found: list[DeadStoreFiles] | None = None
+) -> int:
+    """Remove ``store-*`` directories of ``directory`` (the ``tier`` directory) whose lock
+    nobody holds; return the files removed.
 
     Entries of other users, and stores whose lock file cannot be opened or locked,
-    are left alone.
+    are left alone. What each dead store held is appended to ``found``.
     """
+    found = [] if found is None else found
+
+    def remove(store_dir: Path) -> int:
+        dead = DeadStoreFiles(store=store_dir.name, tier=tier)
+        _inventory(store_dir, dead)
+        found.append(dead)
+        return _remove_tree(store_dir)
+
     removed = 0
     try:
         entries = list(os.scandir(directory))
@@ -767,7 +870,7 @@ def _remove_dead_stores(directory: Path) -> int:
         except FileNotFoundError:
             # A live store takes its lock before creating its directory: no lock, no owner.
             if store_dir.is_dir() and not store_dir.is_symlink():
-                removed += _remove_tree(store_dir)
+                removed += remove(store_dir)
             continue
         except OSError:
             continue  # not ours to open (another user's store): leave it alone
@@ -777,7 +880,7 @@ def _remove_dead_stores(directory: Path) -> int:
             except OSError:
                 continue  # its owner is alive, or it cannot be locked: leave it alone
             if store_dir.is_dir() and not store_dir.is_symlink():
-                removed += _remove_tree(store_dir)
+                removed += remove(store_dir)
             try:
                 _unlink(lock_path)
             except OSError:

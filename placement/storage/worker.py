@@ -5,11 +5,19 @@
 without a plugin. When the worker's ``data`` is a
 :class:`~placement.storage.spill.TieredSpillBuffer`, its store and log writer are
 shared, so spill and P2P files of a worker land in one store and one log.
+
+What a worker loses when its process dies: its writer flushes the buffered rows every
+``flush_interval_s`` seconds (when there are any); SIGTERM and SIGINT save them first
+(:mod:`placement.storage.shutdown`); SIGKILL loses the rows of the last
+``flush_interval_s`` seconds and those of the live files, whose count the next store on
+the same tier directories records (:mod:`placement.logwriter`).
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import signal
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +26,17 @@ from tornado.ioloop import PeriodicCallback
 
 from placement.logwriter import LogWriter
 from placement.storage.chooser import TierChooser
-from placement.storage.config import LOG_DIR_KEY, config_dir, default_target_fraction, tier_dirs
+from placement.storage.config import (
+    LOG_DIR_KEY,
+    check_storage_dirs,
+    config_dir,
+    default_target_fraction,
+    tier_dirs,
+)
 from placement.storage.context import RequestBuilder
 from placement.storage.errors import StorageError
 from placement.storage.shuffle import ShuffleFileRouter
+from placement.storage.shutdown import SignalSaver
 from placement.storage.spill import TieredSpillBuffer
 from placement.storage.store import TieredFileStore
 
@@ -47,7 +62,13 @@ class StorageOptions:
     route_p2p : bool
         Route P2P shuffle and rechunk files through the store (default True).
     flush_interval_s : float
-        Seconds between checks that flush buffered log rows.
+        Seconds between flushes of the buffered log rows, made only when there are some
+        (default 5): the rows a worker killed by SIGKILL loses are those of its last
+        ``flush_interval_s`` seconds.
+    save_on_signal : bool
+        In a worker running in its process's main thread, save the log rows when SIGTERM
+        or SIGINT stops the process (:class:`~placement.storage.shutdown.SignalSaver`;
+        default True).
     """
 
     ssd_dir: str | None = None
@@ -56,10 +77,13 @@ class StorageOptions:
     chooser: TierChooser | None = None
     route_p2p: bool = True
     flush_interval_s: float = 5.0
+    save_on_signal: bool = True
 
     def __post_init__(self) -> None:
         if not (isinstance(self.flush_interval_s, (int, float)) and self.flush_interval_s > 0):
             raise ValueError(f"flush_interval_s={self.flush_interval_s!r} must be > 0 seconds")
+        if not isinstance(self.save_on_signal, bool):
+            raise TypeError(f"save_on_signal={self.save_on_signal!r} must be True or False")
         if self.chooser is not None and not callable(getattr(self.chooser, "choose", None)):
             raise TypeError(f"chooser={self.chooser!r} has no choose(request) method")
 
@@ -84,6 +108,7 @@ class WorkerStorage:
         self.owns_store = owns_store
         self.router: ShuffleFileRouter | None = None
         self._flush_callback: PeriodicCallback | None = None
+        self._saver: SignalSaver | None = None
         self._worker: Any = None
 
     @classmethod
@@ -103,6 +128,7 @@ class WorkerStorage:
         else:
             ssd, hdd = tier_dirs(worker.local_directory, options.ssd_dir, options.hdd_dir)
             logs = options.log_dir or config_dir(LOG_DIR_KEY)
+            check_storage_dirs(ssd, hdd, logs)  # a clear error before anything is created
             writer = LogWriter(logs) if logs else None
             store = TieredFileStore(
                 ssd_dir=ssd, hdd_dir=hdd, chooser=options.chooser, sink=writer, label="worker"
@@ -121,13 +147,39 @@ class WorkerStorage:
             writer = self.writer
 
             def flush_if_due() -> None:
-                writer.maybe_flush()
+                writer.maybe_flush(min_age_s=0)
 
             pc = PeriodicCallback(flush_if_due, options.flush_interval_s * 1000)
             worker.periodic_callbacks[_FLUSH_CALLBACK] = pc
             pc.start()
             self._flush_callback = pc
+        if options.save_on_signal:
+            # SIGINT ends a worker process started by a nanny (placement.storage.shutdown)
+            ending = [signal.SIGINT] if multiprocessing.parent_process() is not None else []
+            saver = SignalSaver(self._save_rows, self._close_at_exit, ending=ending)
+            if saver.install():
+                self._saver = saver
+                if self.writer is not None:
+                    self.writer.prepare()  # not in the handler, with the nanny's SIGKILL near
         return self
+
+    def _save_rows(self) -> None:
+        """Write the buffered log rows (a signal came; the process may go on)."""
+        if self.writer is not None:
+            self.writer.flush()
+
+    def _close_at_exit(self) -> None:
+        """Save everything before the process ends (a signal came whose default action
+        ends it): buffered rows first, then the store closed (every live file deleted,
+        its row written) and the log closed. Each step is tried even if one fails."""
+        try:
+            self._save_rows()
+        finally:
+            try:
+                self.store.close()
+            finally:
+                if self.writer is not None:
+                    self.writer.close()
 
     def flush(self) -> dict[str, int]:
         """Write buffered log rows now; return counts (live files, rows written, pending)."""
@@ -152,6 +204,9 @@ class WorkerStorage:
         that only drops the plugin may still hold spilled keys. When the worker itself is
         closing, its remaining files are deleted and logged.
         """
+        if self._saver is not None:
+            self._saver.uninstall()
+            self._saver = None
         if self.router is not None:
             self.router.uninstall()
             self.router = None
@@ -183,8 +238,10 @@ def worker_storage(dask_worker: Any) -> WorkerStorage:
     storage = getattr(plugin, "storage", None)
     if storage is None:
         raise StorageError(
-            f"worker {dask_worker.address} has no {PLUGIN_NAME!r} plugin; register "
-            "placement.storage.PlacementWorkerPlugin on the client first"
+            f"worker {dask_worker.address} has no placement storage (no {PLUGIN_NAME!r} "
+            "plugin): start the workers with `dask worker --preload placement.dask` (if they "
+            "were, the worker's log says why the storage did not start), or register "
+            "placement.storage.PlacementWorkerPlugin on the client"
         )
     return storage
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,3 +94,24 @@ def tiered_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TieredC
     ):
         client.register_plugin(PlacementWorkerPlugin())
         yield TieredCluster(client, ssd, hdd, logs)
+
+
+@contextlib.contextmanager
+def unwritable_dir(path: Path) -> Iterator[Path]:
+    """A new directory this process cannot write in: read-only mode, or for root (whom modes
+    do not stop) the immutable attribute; skips the test where neither is possible."""
+    path.mkdir(parents=True)
+    root = os.geteuid() == 0
+    if root:
+        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
+        if done.returncode:
+            pytest.skip(f"cannot make a directory unwritable for root: {done.stderr!r}")
+    else:
+        path.chmod(0o555)
+    try:
+        yield path
+    finally:
+        if root:
+            subprocess.run(["chattr", "-i", str(path)], check=False)
+        else:
+            path.chmod(0o755)

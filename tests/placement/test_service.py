@@ -7,6 +7,8 @@ import asyncio
 import logging
 import math
 import pickle
+import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -438,6 +440,55 @@ def test_reload_model_without_restart_ships_it_once(model_dir: Path, tmp_path: P
     assert service.predictor.version == 1
     with pytest.raises(ServiceError, match="placement.model"):
         PlacementService(ServiceConfig(ssd_capacity_bytes=1)).reload_model()
+
+
+def test_the_configured_models_history_is_read_in_a_thread_while_the_service_answers(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history of a large log directory (many small part files) is read in a thread, not
+    in the caller's (the scheduler's event loop): meanwhile the service answers as one
+    without a model; then the model is installed with its history, as version 1."""
+    import pyarrow.parquet as pq
+
+    import placement.service.service as service_module
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    table = make_log(seed=4)
+    for i in range(0, table.num_rows, 24):  # many small parts, as workers flush them
+        pq.write_table(table.slice(i, 24), logs / f"w-{i:06d}.parquet")
+    readers: list[threading.Thread] = []
+    reading, release = threading.Event(), threading.Event()
+    real_read_logs = service_module.read_logs
+
+    def held_read_logs(path: object) -> object:
+        readers.append(threading.current_thread())
+        reading.set()
+        release.wait(5)  # until the test has seen the service answer meanwhile
+        return real_read_logs(path)
+
+    monkeypatch.setattr(service_module, "read_logs", held_read_logs)
+    config = ServiceConfig(ssd_capacity_bytes=MiB, model_path=str(model_dir), log_dir=str(logs))
+    try:
+        service = PlacementService(config)
+        assert reading.wait(30)
+        assert readers[0] is not threading.current_thread(), "read in another thread"
+        assert service.history_loading and service.state()["history_loading"] is True
+        reply = service.sync(worker="w", used_bytes=0)
+        assert reply["model_version"] == 0 and reply["predictor"] is None
+        (answer,) = service.decide(worker="w", requests=[{"file_kind": "spill", "created_at": 1.0}])
+        assert answer["tier"] in ("ssd", "hdd"), answer
+        copy = pickle.loads(pickle.dumps(service))  # as register_plugin ships it
+    finally:
+        release.set()
+    for svc in (service, copy):
+        assert svc.wait_for_history(60)
+        assert not svc.state()["history_loading"]
+        assert svc.predictor.version == 1 and svc.predictor.kind == "lightgbm"
+        assert svc.predictor.history is not None and svc.predictor.history.n_runs == 16
+    assert len(readers) == 2, "the copy read the history itself"
+    reply = service.sync(worker="w", used_bytes=0, model_version=0)
+    assert Predictor.from_bytes(reply["predictor"]).version == 1
 
 
 def test_a_bad_configured_model_stops_the_service_with_the_fix(tmp_path: Path) -> None:
@@ -1004,3 +1055,259 @@ def test_serve_removes_its_temporary_directory_but_the_logs_in_it(tmp_path: Path
     (tmp_path / "mylogs").mkdir()
     remove_scratch(tmp_path / "scratch", keep=tmp_path / "mylogs")  # logs given elsewhere
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mylogs"]
+
+
+# ------------------------------------------------------- what operators set and get wrong
+def env_config(**env: str) -> dict:
+    """Dask config as ``DASK_PLACEMENT__...`` environment variables would give it."""
+    return dask.config.collect_env({f"DASK_PLACEMENT__{k}": v for k, v in env.items()})
+
+
+def test_policy_options_are_dask_config_keys() -> None:
+    from placement.policy import OccupancyBasis
+
+    env = env_config(
+        SSD_CAPACITY="1GiB",
+        SERVICE__OCCUPANCY_BASIS="after",
+        SERVICE__THRESHOLD_WINDOW="512",
+        SERVICE__THRESHOLD_EXPONENT="0.25",
+        SERVICE__MAX_BACKOFF="5s",
+    )
+    with dask.config.set(env):
+        config = ServiceConfig.from_dask_config()
+        link = LinkConfig.from_dask_config()
+    assert config.occupancy_basis is OccupancyBasis.AFTER
+    assert config.window == 512 and config.exponent == 0.25
+    assert link.max_backoff_s == 5.0
+    assert PlacementService(config).threshold_curve() is not None  # leases carry the curve
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"SERVICE__OCCUPANCY_BASIS": "during"}, "placement.service.occupancy-basis"),
+        ({"SERVICE__THRESHOLD_WINDOW": "many"}, "placement.service.threshold-window='many'"),
+        ({"SERVICE__THRESHOLD_WINDOW": "0.5"}, "placement.service.threshold-window=0.5"),
+        ({"SERVICE__THRESHOLD_EXPONENT": "0"}, "placement.service.threshold-exponent=0"),
+        ({"SERVICE__MAX_BACKOFF": "-1"}, "placement.service.max-backoff=-1"),
+    ],
+)
+def test_bad_policy_options_name_their_key(env: dict, match: str) -> None:
+    with (
+        dask.config.set(env_config(SSD_CAPACITY="1GiB", **env)),
+        pytest.raises(ServiceConfigError, match=match),
+    ):
+        ServiceConfig.from_dask_config()
+        LinkConfig.from_dask_config()
+
+
+def test_unknown_placement_keys_are_named_with_the_known_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = env_config(
+        SSD_CAPACITY="1GiB", OCCUPANCY_BASIS="after", SERVICE__SYNC_INTERVALL="1s"
+    )
+    with dask.config.set(env), caplog.at_level(logging.WARNING, "placement.service.config"):
+        ServiceConfig.from_dask_config()
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "placement.occupancy-basis (DASK_PLACEMENT__OCCUPANCY_BASIS)" in text
+    assert "did you mean placement.service.occupancy-basis" in text
+    assert "placement.service.sync-intervall" in text
+    assert "known keys: placement.ssd-dir" in text and len(caplog.records) == 2
+    caplog.clear()
+    with dask.config.set(env_config(SSD_CAPACITY="1GiB", SERVICE__LEASE_TTL="2s")):
+        with caplog.at_level(logging.WARNING, "placement.service.config"):
+            ServiceConfig.from_dask_config()
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize("value", [0.5, 2.5, "1.5", "1.5B", "0.5 B"])
+def test_a_fraction_of_a_byte_is_refused(value: object) -> None:
+    """``0.5`` was 0 bytes (the SSD off) and ``"1.5"`` 1 byte, in silence; a fraction with
+    a unit larger than a byte stays a size."""
+    with pytest.raises(ServiceConfigError, match=r"placement.ssd-capacity=.*whole number.*GiB"):
+        ServiceConfig(ssd_capacity_bytes=value)  # type: ignore[arg-type]
+    with (
+        dask.config.set({"placement.ssd-capacity": value}),
+        pytest.raises(ServiceConfigError, match="whole number of bytes"),
+    ):
+        ServiceConfig.from_dask_config()
+    sizes = [("1.5KiB", 1536), ("0.3GB", 300_000_000), (1e9, 10**9), ("10 GiB", 10 * 2**30)]
+    for size, expected in sizes:
+        assert ServiceConfig(ssd_capacity_bytes=size).ssd_capacity_bytes == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        (0, r"placement.ssd-capacity=0: the SSD tier is off.*100GiB"),
+        (1000, r"placement.ssd-capacity=1000 is 1000 bytes, less than 1 MiB.*'100GiB'"),
+        ("512KiB", r"placement.ssd-capacity='512KiB' is 524288 bytes"),
+    ],
+)
+def test_an_ssd_budget_below_a_mebibyte_is_accepted_with_a_warning(
+    value: object, match: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    for capacity in (value, "100GiB"):
+        caplog.clear()
+        with (
+            dask.config.set({"placement.ssd-capacity": capacity}),
+            caplog.at_level(logging.WARNING, "placement.service.config"),
+        ):
+            ServiceConfig.from_dask_config()
+        warnings = [r.getMessage() for r in caplog.records]
+        if capacity == "100GiB":
+            assert warnings == []
+        else:
+            assert len(warnings) == 1 and re.search(match, warnings[0]), warnings
+
+
+def test_a_bad_configured_model_names_the_key_and_the_fix(
+    tmp_path: Path, model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for path, match in [
+        (tmp_path / "none", r"placement.model='.*none' cannot be loaded: no model directory"),
+        (model_dir / "models.json", r"models.json is a file; give the model directory .*, not"),
+    ]:
+        assert path.name != "models.json" or path.is_file()
+        with (
+            dask.config.set({"placement.ssd-capacity": "1GiB", "placement.model": str(path)}),
+            caplog.at_level(logging.ERROR, "placement.service.scheduler_plugin"),
+            pytest.raises(ModelError, match=match) as info,
+        ):
+            asyncio.run(PlacementSchedulerPlugin().start(HandlerTable()))
+        assert "DASK_PLACEMENT__MODEL" in str(info.value) and "unset it" in str(info.value)
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 2 and all(m.startswith("placement service not started: ") for m in logged)
+
+
+def test_a_relative_model_path_is_read_by_the_scheduler_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    plugin = PlacementSchedulerPlugin(PlacementService(ServiceConfig(ssd_capacity_bytes=MiB)))
+    with pytest.raises(ModelError, match=rf"relative path 'model/' .*directory {tmp_path}"):
+        asyncio.run(plugin.handle_reload_model("model/"))
+
+
+class FakeClient:
+    """Stands in for ``distributed.Client``: its ``sync`` and ``scheduler`` RPC, answering
+    ``answers[op]`` (``None``, as Dask does, for an op without a handler)."""
+
+    def __init__(self, answers: dict | None = None) -> None:
+        self.answers = answers or {}
+        self.calls: list[tuple[str, dict]] = []
+        client = self
+
+        class Scheduler:
+            address = "tcp://scheduler:8786"
+
+            def __getattr__(self, op: str) -> Callable:
+                async def call(**kwargs: object) -> object:
+                    client.calls.append((op, kwargs))
+                    return client.answers.get(op)
+
+                return call
+
+        self.scheduler = Scheduler()
+
+    def sync(self, func: Callable, *args: object, **kwargs: object) -> object:
+        return asyncio.run(func(*args, **kwargs))
+
+
+def test_client_helpers_raise_when_the_scheduler_runs_no_service() -> None:
+    from placement.service import ServiceUnavailable, decide, reload_model, service_state
+
+    client = FakeClient()
+    calls = [
+        lambda: service_state(client),
+        lambda: reload_model(client, "/models/m"),
+        lambda: decide(client, [{"file_kind": "spill", "created_at": 0.0}]),
+    ]
+    for call in calls:
+        with pytest.raises(
+            ServiceUnavailable,
+            match=r"tcp://scheduler:8786 runs no placement service .*--preload placement.dask"
+            r".*scheduler's log",
+        ):
+            call()
+    assert [op for op, _ in client.calls] == [
+        "placement_state",
+        "placement_reload_model",
+        "placement_decide",
+    ]
+    answered = FakeClient({"placement_state": {"ledger": {}}, "placement_decide": []})
+    assert service_state(answered) == {"ledger": {}}
+    assert decide(answered, []) == []  # an empty answer is an answer
+
+
+def test_reload_model_sends_a_relative_path_that_exists_here_as_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from placement.service import reload_model
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    client = FakeClient({"placement_reload_model": {"version": 2}})
+    assert reload_model(client, "model/") == {"version": 2}
+    reload_model(client, Path("elsewhere"))  # not here: the scheduler's own relative path
+    reload_model(client)
+    sent = [kwargs["path"] for _, kwargs in client.calls]
+    assert sent == [str(tmp_path / "model"), "elsewhere", None]
+
+
+def test_worker_helpers_name_both_ways_to_run_placement_storage() -> None:
+    from placement.service import worker_service_state
+    from placement.storage import PlacementWorkerPlugin
+
+    class Worker:
+        address = "tcp://w:1"
+        plugins: dict = {}
+
+    with pytest.raises(
+        ServiceError, match=r"tcp://w:1 runs no placement service: .*--preload placement.dask"
+    ):
+        worker_service_state(Worker())
+    storage_only = PlacementWorkerPlugin()
+    storage_only.storage = object()  # type: ignore[assignment]
+    Worker.plugins = {storage_only.name: storage_only}
+    with pytest.raises(ServiceError, match="storage without the service.*--preload"):
+        worker_service_state(Worker())
+
+
+def test_renewals_back_off_while_the_scheduler_runs_no_service_and_resume_when_it_does(
+    store: TieredFileStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scheduler without the service logs a traceback for every renewal it has no handler
+    for: the worker warns once and waits twice as long after each such answer (up to
+    ``max_backoff_s``), then renews at the normal interval as soon as the service answers."""
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB))
+    scheduler = FakeScheduler(service)
+    scheduler.absent = True
+    chooser = LeasedChooser()
+    config = LinkConfig(sync_interval_s=0.01, max_backoff_s=0.08)
+    link = ServiceLink(chooser, store, scheduler, "tcp://w:1", config=config)
+
+    async def main() -> float:
+        link.start()
+        await until(lambda: link.no_service_answers >= 1, "a first answer")
+        start = time.perf_counter()
+        await until(lambda: link.no_service_answers >= 6, "more answers")
+        took = time.perf_counter() - start
+        assert link.next_wait_s() == 0.08 and link.syncs == 0
+        scheduler.absent = False  # the service is added
+        await until(lambda: link.syncs >= 2, "renewals to succeed again")
+        await link.stop()
+        return took
+
+    with caplog.at_level(logging.DEBUG, logger="placement.service.link"):
+        took = asyncio.run(main())
+    # answers 2..6 came after waits of 0.01, 0.02, 0.04, 0.08 and 0.08 s (not 5 x 0.01 s)
+    assert took >= 0.2, took
+    assert link.no_service_answers == 0 and link.next_wait_s() == 0.01
+    assert link.consecutive_failures == 0 and chooser.has_valid_lease()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "runs no placement service" in warnings[0]
+    assert "or the service failed to start there" in warnings[0]
+    assert "placement.service.max-backoff" in warnings[0]

@@ -36,11 +36,13 @@ pytestmark = pytest.mark.timeout(300)
 MiB = 2**20
 CAPACITY = 24 * MiB
 SMALL = PipelineSpec(partitions=8, rows=60_000, n_keys=5_000, seed=1)
-#: Short leases and timeouts so the fault tests see expiry quickly.
+#: Short leases and timeouts so the fault tests see expiry quickly, and a short backoff so
+#: renewals resume soon after a removed service handler comes back.
 FAST_LEASES = {
     "placement.service.lease-ttl": "2s",
     "placement.service.sync-timeout": "250ms",
     "placement.service.sync-interval": "50ms",
+    "placement.service.max-backoff": "500ms",
 }
 
 
@@ -679,6 +681,75 @@ def test_dask_scheduler_and_worker_commands_with_the_preload(tmp_path: Path) -> 
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_dask_worker_stopped_with_its_process_group_logs_every_row(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """systemd stops ``dask worker`` by SIGTERM to its whole process group, a terminal's
+    Ctrl-C sends SIGINT to it: the worker process gets the signal at the same time as the
+    nanny, and used to die with its buffered rows and its live files' rows unlogged. Now
+    every row is in the log (before the nanny, past its close timeout, would kill it)."""
+    from distributed import Client
+
+    from tests.placement.worker_tasks import make_rows
+
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "DASK_PLACEMENT__SSD_DIR": str(tmp_path / "ssd"),
+        "DASK_PLACEMENT__HDD_DIR": str(tmp_path / "hdd"),
+        "DASK_PLACEMENT__LOG_DIR": str(tmp_path / "logs"),
+        "DASK_PLACEMENT__SSD_CAPACITY": "16MiB",
+        # the worker runs make_rows, which it imports from this repository's tests
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    scheduler_file = tmp_path / "scheduler.json"
+    common = ["--preload", "placement.dask"]
+    scheduler = subprocess.Popen(
+        [str(bin_dir / "dask"), "scheduler", "--scheduler-file", str(scheduler_file),
+         "--port", "0", "--no-dashboard", *common],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = None
+    try:
+        wait_until(scheduler_file.exists, timeout=60, what="the scheduler to start")
+        worker = subprocess.Popen(
+            [str(bin_dir / "dask"), "worker", "--scheduler-file", str(scheduler_file),
+             "--nthreads", "1", "--memory-limit", MEMORY_LIMIT, "--no-dashboard",
+             "--local-directory", str(tmp_path / "dask"), *common],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group, as a service or a terminal job
+            # a shell that ran pytest in the background leaves SIGINT ignored: restore it
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+        with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
+            client.wait_for_workers(1, timeout=60)
+            (before,) = client.run(make_rows, 7, 3).values()
+        assert before["live_files"] == 3 and before["rows_pending"] + before["rows_written"] == 7
+        os.killpg(worker.pid, sig)
+
+        def logged() -> int:
+            rows = read_logs(tmp_path / "logs").table.to_pandas()
+            return int(rows["file_id"].str.startswith(before["label"] + "-").sum())
+
+        deadline = time.monotonic() + 30
+        while logged() < 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert logged() == 10, "7 deleted files and 3 live ones, each logged once"
+    finally:
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=30)
+        scheduler.terminate()
+        try:
+            scheduler.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            scheduler.kill()
+            scheduler.wait(timeout=30)
 
 
 def test_the_preload_refuses_other_servers() -> None:

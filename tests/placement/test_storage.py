@@ -31,6 +31,7 @@ from placement.storage import (
 from placement.storage.context import RequestBuilder, RunContext
 from placement.storage.paths import MAX_COMPONENT_BYTES, check_name, name_for_key
 from placement.tier import Tier
+from tests.placement.conftest import unwritable_dir
 
 
 class ListSink:
@@ -646,6 +647,72 @@ def test_cleanup_removes_files_of_dead_stores(tmp_path: Path) -> None:
         assert files_under(hdd) == []
 
 
+KILLED_STORE = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from placement.logwriter import LogWriter
+    from placement.storage import TieredFileStore, FileRequest
+    from placement.tier import Tier
+
+    writer = LogWriter(sys.argv[3], max_interval_s=3600)
+    s = TieredFileStore(ssd_dir=sys.argv[1], hdd_dir=sys.argv[2], sink=writer)
+    new = lambda: FileRequest(file_kind="spill", created_at=time.time())
+    done = s.create("done", new(), tier=Tier.SSD)
+    s.write(done, b"logged")
+    s.delete(done)
+    writer.flush()  # the row of a deleted file is in the log
+    s.write(s.create("whole", new(), tier=Tier.SSD), b"x" * 1000)
+    s.append(s.create("part/a", new(), tier=Tier.HDD), b"y" * 300)  # still a .partial
+    sealed = s.create("sealed", new(), tier=Tier.HDD)
+    s.append(sealed, b"z" * 20)
+    s.seal(sealed)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_files_of_a_store_killed_by_sigkill_are_counted_and_recorded_beside_the_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGKILL leaves a store's live files without a row: the next store removes them,
+    counts them, warns, and records the count (per dead store and tier) in the log
+    directory, where readers of the logs find it."""
+    from placement.logwriter import LogWriter, log_files, read_logs
+
+    ssd, hdd, logs = tmp_path / "ssd", tmp_path / "hdd", tmp_path / "logs"
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_STORE, str(ssd), str(hdd), str(logs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    (dead,) = [p.name for p in hdd.iterdir() if p.is_dir()]
+    with (
+        caplog.at_level(logging.WARNING, logger="placement.storage.store"),
+        LogWriter(logs) as writer,
+        TieredFileStore(ssd_dir=ssd, hdd_dir=hdd, sink=writer) as store,
+    ):
+        assert store.orphans_unlogged == 3
+        assert files_under(ssd) == files_under(hdd) == []
+    assert f"3 temporary file(s) (1320 bytes) of 1 dead store(s) ({dead})" in caplog.text
+    found = read_logs(logs)
+    assert found.table.num_rows == 1, "the row flushed before the kill"
+    assert found.unlogged_files == 3 and found.bad_files == []
+    (record,) = found.unlogged
+    assert record["files"] == 3 and record["bytes"] == 1320 and record["recorded_by"] == store.label
+    per_tier = {
+        (d["store"], d["tier"]): (d["files"], d["bytes"], d["names"]) for d in record["stores"]
+    }
+    assert per_tier == {
+        (dead, "ssd"): (1, 1000, ["whole"]),
+        (dead, "hdd"): (2, 320, ["part/a", "sealed"]),
+    }
+    assert len(log_files(logs)) == 1, "the record is no log file"
+    with TieredFileStore(ssd_dir=ssd, hdd_dir=hdd, sink=writer) as again:
+        assert again.orphans_unlogged == 0, "nothing is counted twice"
+
+
 def test_stores_started_together_on_shared_directories_all_start(tmp_path: Path) -> None:
     """Workers start at once on shared tier directories: a cleaner racing a store that is
     taking its lock must never make that store fail to start."""
@@ -719,3 +786,86 @@ def test_cleanup_counts_only_the_files_it_removed(
     assert sorted(p.name for p in dead.iterdir()) == ["f1", "f2"]
     monkeypatch.undo()
     store.close()
+
+
+# ---------------------------------------------------------------------- configured directories
+def test_storage_dirs_are_checked_and_errors_name_the_key(tmp_path: Path) -> None:
+    from placement.storage import StorageConfigError
+    from placement.storage.config import check_storage_dirs
+
+    (tmp_path / "afile").write_text("not a directory")
+    cases = [
+        (
+            (tmp_path / "same", tmp_path / "same", None),
+            r"placement.ssd-dir and placement.hdd-dir are the same directory .*"
+            r"DASK_PLACEMENT__SSD_DIR=",
+        ),
+        (
+            (tmp_path / "afile" / "ssd", tmp_path / "hdd", None),
+            r"placement.ssd-dir=.*afile/ssd: cannot create the directory \(Not a directory\); "
+            r"set placement.ssd-dir \(DASK_PLACEMENT__SSD_DIR\)",
+        ),
+        (
+            (tmp_path / "ssd", tmp_path / "hdd", tmp_path / "afile" / "logs"),
+            r"placement.log-dir=.*: cannot create the directory .*DASK_PLACEMENT__LOG_DIR",
+        ),
+    ]
+    for (ssd, hdd, logs), match in cases:
+        with pytest.raises(StorageConfigError, match=match):
+            check_storage_dirs(str(ssd), str(hdd), None if logs is None else str(logs))
+    with unwritable_dir(tmp_path / "ro") as ro:
+        with pytest.raises(StorageConfigError, match=r"placement.hdd-dir=.*/ro is not writable"):
+            check_storage_dirs(str(tmp_path / "ssd"), str(ro))
+        assert list(ro.iterdir()) == []
+    check_storage_dirs(str(tmp_path / "ssd"), str(tmp_path / "hdd"), str(tmp_path / "logs"))
+    assert (tmp_path / "logs").is_dir() and list((tmp_path / "logs").iterdir()) == []
+
+
+def test_a_spill_buffer_refused_for_an_unwritable_tier_leaves_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    """An SSD directory that works and an HDD directory that does not: the refusal names
+    the HDD key and leaves no store directory or lock on the SSD directory."""
+    from placement.storage import StorageConfigError, tiered_spill_buffer
+
+    with unwritable_dir(tmp_path / "ro") as ro:
+        with pytest.raises(StorageConfigError, match="placement.hdd-dir="):
+            tiered_spill_buffer(str(tmp_path / "local"), ssd_dir=tmp_path / "ssd", hdd_dir=ro)
+    assert not (tmp_path / "ssd").exists() or list((tmp_path / "ssd").iterdir()) == []
+
+
+class _BareWorker:
+    """What the storage helpers read of a worker that runs no placement storage."""
+
+    address = "tcp://w:1"
+    plugins: dict[str, Any] = {}
+    data: dict[str, Any] = {}
+
+    def __init__(self, local_directory: Path) -> None:
+        self.local_directory = str(local_directory)
+
+
+def test_storage_helpers_name_both_ways_to_start_placement_storage(tmp_path: Path) -> None:
+    from placement.storage import flush_worker_logs
+
+    with pytest.raises(
+        StorageError,
+        match=r"tcp://w:1 has no placement storage.*--preload placement.dask.*"
+        r"PlacementWorkerPlugin on the client",
+    ):
+        flush_worker_logs(_BareWorker(tmp_path))
+
+
+def test_storage_attached_from_the_client_checks_its_directories_first(tmp_path: Path) -> None:
+    from placement.storage import StorageConfigError
+    from placement.storage.worker import StorageOptions, WorkerStorage
+
+    same = tmp_path / "tier"
+    options = StorageOptions(ssd_dir=str(same), hdd_dir=str(same) + "/")
+    with pytest.raises(StorageConfigError, match="placement.ssd-dir and placement.hdd-dir"):
+        WorkerStorage.attach(_BareWorker(tmp_path), options)
+    with unwritable_dir(tmp_path / "ro") as ro:
+        options = StorageOptions(ssd_dir=str(tmp_path / "ssd"), hdd_dir=str(ro))
+        with pytest.raises(StorageConfigError, match=r"placement.hdd-dir=.* is not writable"):
+            WorkerStorage.attach(_BareWorker(tmp_path), options)
+    assert not (tmp_path / "ssd").exists() or not any((tmp_path / "ssd").iterdir())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from placement.graph_facts import graph_facts
 from placement.logwriter import read_logs
 from placement.storage import RunContext, flush_worker_logs, set_run_context, worker_storage_state
+from tests.placement.worker_tasks import hog_memory, make_rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -184,3 +187,63 @@ def test_plain_worker_without_spill_buffer_still_routes_p2p(local_cluster, tmp_p
     rows = read_logs(tmp_path / "l").table.to_pandas()
     assert set(rows["file_kind"]) == {"shuffle"} and len(rows) == 4
     assert (rows["tier"] == "hdd").all() and set(rows["pipeline"]) == {"unknown"}
+
+
+def test_a_worker_terminated_by_its_nanny_for_memory_logs_its_buffered_rows_and_live_files(
+    tmp_path: Path,
+) -> None:
+    """A worker past ``distributed.worker.memory.terminate`` gets SIGTERM from its nanny, and
+    SIGKILL at the nanny's next memory check (100 ms later) if it is still alive. It used to
+    die at once, losing its buffered rows and the rows of its live files: now they are in the
+    log when the nanny has restarted it, and its store's directories are gone.
+
+    The nanny's check runs every 2 s here rather than 100 ms: the save takes a few
+    milliseconds on an idle machine, but a loaded test machine may not schedule the worker
+    within 100 ms, and this test is about what SIGTERM does, not about that race."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from placement.storage import PlacementWorkerPlugin, tiered_spill_buffer
+
+    ssd, hdd, logs = tmp_path / "ssd", tmp_path / "hdd", tmp_path / "logs"
+    data = (tiered_spill_buffer, {"ssd_dir": str(ssd), "hdd_dir": str(hdd), "log_dir": str(logs)})
+    config = {
+        "distributed.worker.memory.terminate": 0.7,
+        "distributed.worker.memory.monitor-interval": "2s",  # SIGKILL 2 s after SIGTERM
+        "distributed.worker.memory.pause": False,
+        "distributed.worker.memory.spill": False,
+        "distributed.worker.memory.target": False,
+        "distributed.scheduler.allowed-failures": 0,  # the hog is not run again
+    }
+    with (
+        dask.config.set(config),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit="400MiB",
+            dashboard_address=None,
+            local_directory=str(tmp_path / "dask"),
+            data=data,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.register_plugin(PlacementWorkerPlugin(flush_interval_s=3600))  # rows wait
+        (before,) = client.run(make_rows, 7, 3).values()
+        assert (before["rows_pending"], before["live_files"], before["rows_written"]) == (7, 3, 0)
+        hog = client.submit(hog_memory, 350 * 2**20, pure=False)
+        deadline = time.monotonic() + 120
+        while True:  # the nanny terminates the worker and starts a new process
+            with contextlib.suppress(Exception):
+                pids = list(client.run(os.getpid).values())
+                if pids and before["pid"] not in pids:
+                    break
+            assert time.monotonic() < deadline, "the worker was not terminated and restarted"
+            time.sleep(0.2)
+        hog.cancel()
+        events = [event for _, event in client.get_events("worker-restart-memory")]
+        assert [e["pid"] for e in events][:1] == [before["pid"]], "terminated by its nanny"
+    rows = read_logs(logs).table.to_pandas()
+    assert rows["file_id"].str.startswith(before["label"] + "-").sum() == 10, "7 buffered, 3 live"
+    pid_token = before["label"].removeprefix("worker-")  # the store's directory ends with it
+    assert [p for p in (*ssd.iterdir(), *hdd.iterdir()) if pid_token in p.name] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +15,7 @@ import placement.logwriter as logwriter_module
 from placement.logwriter import LogWriteError, LogWriter, read_logs
 from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
 from placement.storage import FileRequest, TieredFileStore
+from placement.storage.worker import StorageOptions, WorkerStorage
 
 
 def row(i: int, **kw: object) -> dict:
@@ -65,6 +67,52 @@ def test_flushes_on_time(tmp_path: Path) -> None:
     now[0] = 30.0
     writer.add(row(2))  # a row arriving late flushes at once
     assert writer.pending == 0 and writer.rows_written == 2
+
+
+class FakeWorker(SimpleNamespace):
+    """The worker attributes the storage reads (weak-referenceable, as a Worker is)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def test_a_workers_periodic_flush_writes_every_buffered_row(tmp_path: Path) -> None:
+    """The worker's flush callback writes whatever is buffered at each of its calls, every
+    ``flush_interval_s`` seconds, not only when the writer's own 30 s have passed: a
+    worker killed by SIGKILL loses the rows of one flush period at most."""
+    worker = FakeWorker(
+        data={},
+        memory_manager=SimpleNamespace(memory_limit=None),
+        local_directory=str(tmp_path / "local"),
+        address="tcp://127.0.0.1:1",
+        periodic_callbacks={},
+    )
+    options = StorageOptions(log_dir=str(tmp_path / "logs"), route_p2p=False)
+    storage = WorkerStorage.attach(worker, options)
+    try:
+        assert storage.writer is not None and storage.writer.max_interval_s == 30
+        flush_callback = worker.periodic_callbacks["placement-log-flush"]
+        assert flush_callback.callback_time == 5000, "every 5 s by default"
+        store = storage.store
+        store.delete(store.create("a", FileRequest(file_kind="spill", created_at=time.time())))
+        assert storage.state()["rows_pending"] == 1
+        flush_callback.callback()
+        assert storage.state()["rows_pending"] == 0 and len(storage.writer.files) == 1
+        flush_callback.callback()
+        assert len(storage.writer.files) == 1, "no file without rows"
+    finally:
+        storage.close()
+    assert read_logs(tmp_path / "logs").table.num_rows == 1
+
+
+def test_an_unreadable_record_of_unlogged_files_is_reported_not_fatal(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as writer:
+        writer.add(row(1))
+        good = writer.record_unlogged({"files": 2, "bytes": 10})
+    (tmp_path / ".unlogged-torn.json").write_text('{"files": ')
+    logs = read_logs(tmp_path)
+    assert logs.table.num_rows == 1 and logs.unlogged_files == 2
+    assert [r["path"] for r in logs.unlogged] == [str(good)]
+    assert [p.name for p, _ in logs.bad_files] == [".unlogged-torn.json"]
 
 
 def test_writers_never_share_a_file(tmp_path: Path) -> None:

@@ -1,0 +1,128 @@
+"""The signal handlers that save a worker's log rows before a stop signal takes effect (in this
+process's main thread, with a stand-in previous handler; the default action, which ends the
+process, is exercised on real worker processes in the cluster tests)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from placement.storage.shutdown import SignalSaver
+
+
+class Calls:
+    """What the saver and the previous handler were asked to do, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def flush(self) -> None:
+        self.calls.append("flush")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+    def previous(self, signum: int, frame: Any) -> None:
+        self.calls.append(f"previous {signal.Signals(signum).name}")
+
+
+@pytest.fixture
+def calls() -> Iterator[Calls]:
+    """Calls, with SIGTERM's and SIGINT's handlers set to its ``previous`` and restored after."""
+    recorder = Calls()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in saved:
+        signal.signal(sig, recorder.previous)
+    try:
+        yield recorder
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def test_a_signal_saves_the_rows_then_goes_to_the_previous_handler(calls: Calls) -> None:
+    saver = SignalSaver(calls.flush, calls.close)
+    assert saver.install() == [signal.SIGTERM, signal.SIGINT]
+    signal.raise_signal(signal.SIGTERM)
+    assert calls.calls == ["flush", "previous SIGTERM"], "the rows first, then as before"
+    saver.uninstall()
+    assert signal.getsignal(signal.SIGTERM) == calls.previous
+    signal.raise_signal(signal.SIGTERM)
+    assert calls.calls[-1] == "previous SIGTERM" and calls.calls.count("flush") == 1
+
+
+def test_a_signal_that_ends_the_process_closes_the_store_first(calls: Calls) -> None:
+    saver = SignalSaver(calls.flush, calls.close, ending=[signal.SIGINT])
+    saver.install()
+    try:
+        signal.raise_signal(signal.SIGINT)
+    finally:
+        saver.uninstall()
+    assert calls.calls == ["close", "previous SIGINT"]
+
+
+def test_a_stuck_save_delays_the_signal_by_the_timeout_only(calls: Calls) -> None:
+    release = threading.Event()
+    saver = SignalSaver(lambda: release.wait(30), calls.close, timeout_s=0.2)
+    saver.install()
+    start = time.monotonic()
+    try:
+        signal.raise_signal(signal.SIGTERM)
+    finally:
+        release.set()
+        saver.uninstall()
+    assert calls.calls == ["previous SIGTERM"]
+    assert time.monotonic() - start < 20, "the handler went on without the stuck save"
+
+
+def test_a_failing_save_still_goes_to_the_previous_handler(
+    calls: Calls, caplog: pytest.LogCaptureFixture
+) -> None:
+    def failing() -> None:
+        raise OSError(28, "No space left on device")
+
+    saver = SignalSaver(failing, calls.close)
+    saver.install()
+    try:
+        signal.raise_signal(signal.SIGTERM)
+    finally:
+        saver.uninstall()
+    assert calls.calls == ["previous SIGTERM"]
+    assert "No space left on device" in caplog.text
+
+
+def test_ignored_signals_stay_ignored_and_other_threads_install_nothing(calls: Calls) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    saver = SignalSaver(calls.flush, calls.close)
+    assert saver.install() == [signal.SIGTERM]
+    saver.uninstall()
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+    installed: list[object] = []
+    thread = threading.Thread(target=lambda: installed.append(saver.install()))
+    thread.start()
+    thread.join(30)
+    assert installed == [[]] and signal.getsignal(signal.SIGTERM) == calls.previous
+
+
+def test_a_handler_set_later_is_left_in_place(calls: Calls) -> None:
+    saver = SignalSaver(calls.flush, calls.close)
+    saver.install()
+
+    def later(signum: int, frame: Any) -> None:
+        calls.calls.append("later")
+
+    signal.signal(signal.SIGTERM, later)
+    saver.uninstall()
+    assert signal.getsignal(signal.SIGTERM) == later
+    assert signal.getsignal(signal.SIGINT) == calls.previous, "still the saver's: restored"
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="timeout_s"):
+        SignalSaver(lambda: None, lambda: None, timeout_s=0)
