@@ -399,23 +399,56 @@ class LogSet:
         return sum(int(r.get("files", 0) or 0) for r in self.unlogged)
 
 
-def log_files(path: str | os.PathLike[str]) -> list[Path]:
+def log_files(
+    path: str | os.PathLike[str], unreadable: list[tuple[Path, str]] | None = None
+) -> list[Path]:
     """The ``*.parquet`` log files at ``path`` (a file, or a directory searched recursively).
 
     Hidden names below ``path`` are skipped: in-progress ``.tmp`` files and hidden
     directories, such as the ``.parts-*`` of a collection still running or interrupted
     (:func:`placement.collect.collect`); give such a directory itself to read it.
+
+    Parameters
+    ----------
+    path : path
+        A log file or a directory of them.
+    unreadable : list, optional
+        Receives ``(directory, reason)`` for each directory below ``path`` that cannot be
+        listed (its logs are then not found); without it such directories raise, so that
+        none is passed over silently.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` is neither a file nor a directory.
+    OSError
+        If a directory cannot be listed and ``unreadable`` is not given.
     """
     p = Path(path)
     if p.is_file():
         return [p]
     if not p.is_dir():
         raise FileNotFoundError(f"no log file or directory at {p}")
-    return sorted(
-        f
-        for f in p.rglob(f"*{LOG_SUFFIX}")
-        if not any(part.startswith(".") for part in f.relative_to(p).parts)
-    )
+
+    def cannot_list(exc: OSError) -> None:
+        if unreadable is None:
+            raise exc
+        where = Path(exc.filename) if exc.filename else p
+        unreadable.append(
+            (
+                where,
+                f"unreadable directory ({exc.strerror or exc}): its logs "
+                "were not read; check its permissions",
+            )
+        )
+
+    found: list[Path] = []
+    for root, dirs, names in os.walk(p, onerror=cannot_list):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # hidden: skipped
+        found.extend(
+            Path(root) / n for n in names if n.endswith(LOG_SUFFIX) and not n.startswith(".")
+        )
+    return sorted(found)
 
 
 def kept_parts_dirs(path: str | os.PathLike[str]) -> list[Path]:
@@ -456,8 +489,9 @@ def unlogged_record_files(path: str | os.PathLike[str]) -> list[Path]:
 def read_logs(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> LogSet:
     """Read and concatenate log files, conforming each to the schema.
 
-    Files that cannot be read or do not fit the schema are skipped and listed in
-    :attr:`LogSet.bad_files`; they never stop the others from being read. The records of
+    Files that cannot be read or do not fit the schema, and directories that cannot be
+    listed, are skipped and listed in :attr:`LogSet.bad_files`; they never stop the others
+    from being read. The records of
     temporary files that went without a row, in the directories read, are collected in
     :attr:`LogSet.unlogged` (an unreadable one is listed in :attr:`LogSet.bad_files`).
     """
@@ -467,7 +501,7 @@ def read_logs(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) 
     unlogged: list[dict[str, Any]] = []
     bad: list[tuple[Path, str]] = []
     for p in paths:
-        files.extend(log_files(p))
+        files.extend(log_files(p, unreadable=bad))
         for record_file in unlogged_record_files(p):
             try:
                 record = json.loads(record_file.read_text())

@@ -78,11 +78,13 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
     repeated = 0
     bad: list[tuple[str, str]] = []
     for p in paths:
+        unreadable: list[tuple[Path, str]] = []
         try:
-            found = log_files(p)
+            found = log_files(p, unreadable=unreadable)
         except (FileNotFoundError, OSError) as exc:
             bad.append((str(p), f"{type(exc).__name__}: {exc}"))
             continue
+        bad.extend((str(d), reason) for d, reason in unreadable)
         if not found:
             in_p = kept_parts_dirs(p)
             kept.extend(in_p)

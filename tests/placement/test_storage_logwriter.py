@@ -252,6 +252,39 @@ def test_reader_skips_and_reports_bad_files(tmp_path: Path) -> None:
         read_logs(tmp_path / "missing")
 
 
+def test_a_directory_that_cannot_be_listed_is_reported_not_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root lists any directory whatever its mode, so the refusal is injected: ``os.walk``
+    reports what ``os.scandir`` raises for the locked directory."""
+    import os
+
+    from click.testing import CliRunner
+
+    from placement.cli import placement_group
+
+    for name in ("a", "locked"):
+        with LogWriter(tmp_path / name) as w:
+            w.add(row(1, run_id=name))
+    scandir = os.scandir
+
+    def refusing(path: object = ".") -> object:
+        if Path(os.fsdecode(path)).name == "locked":  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))  # type: ignore
+        return scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    logs = read_logs(tmp_path)
+    assert logs.table.num_rows == 1  # the readable directory's row
+    [(where, reason)] = logs.bad_files
+    assert where.name == "locked" and "unreadable directory (Permission denied)" in reason
+    with pytest.raises(PermissionError):  # no list to report it in: not passed over either
+        logwriter_module.log_files(tmp_path)
+    result = CliRunner().invoke(placement_group, ["simulate", str(tmp_path), "--budget", "5"])
+    assert "1 bad file(s) skipped" in result.output, result.output
+    assert "locked: unreadable directory" in result.output, result.output
+
+
 def test_version_1_logs_read_with_the_spill_facts_they_lack_as_nulls(tmp_path: Path) -> None:
     with LogWriter(tmp_path / "new") as w:
         w.add(row(1, reuse_distance=-4, n_dependents=2))
