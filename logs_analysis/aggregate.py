@@ -12,7 +12,12 @@ Each chunk (:mod:`logs_analysis.readers`) is loaded, its rows checked
   so every chunk agrees on the runs without talking to the others; and beside it a
   uniform row sample at the same rate, used instead when the run sample holds fewer
   than :data:`MIN_SAMPLE_RUNS` runs (a log of a few huge runs);
-* the malformed lines and rows met (:class:`~logs_analysis.issues.ReadIssues`).
+* the malformed lines and rows met (:class:`~logs_analysis.issues.ReadIssues`);
+* a 64-bit hash of each usable row's ``(run_id, file_id)``
+  (:func:`logs_analysis.validate.key_hashes`, 8 bytes a row). When two rows share a key
+  (a log copied under another name), the pass is run again, each chunk dropping the
+  rows whose key came earlier (:func:`logs_analysis.validate.duplicate_rows`), counted
+  as "duplicate row ..." issues: inputs without duplicates are read once.
 
 Partials are merged pairwise in a tree (``dask.bag.Bag.fold``), so the driver never
 holds more than a few partials and one chunk per worker thread is in memory at a time:
@@ -20,13 +25,15 @@ peak memory is about ``workers x chunk`` rows plus the sample, whatever the inpu
 
 Scheduler: ``threads`` (default, in this process), ``processes``, ``sync``, or the
 address of a running ``distributed`` scheduler (``tcp://host:8786``), whose workers
-must be able to import this package and read the input paths.
+must be able to import this package and read the input paths; anything else is refused
+before any input is read (:func:`check_scheduler`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,17 +47,26 @@ from logs_analysis.errors import AnalysisError, InputError
 from logs_analysis.histogram import Histogram, _bins_and_outside, add_frames
 from logs_analysis.issues import ReadIssues
 from logs_analysis.readers.base import Chunk
-from logs_analysis.validate import validate_rows
+from logs_analysis.validate import (
+    DuplicateRows,
+    drop_duplicates,
+    duplicate_rows,
+    key_hashes,
+    usable_rows,
+)
 from placement.schema import MIN_LIFETIME_S, MIN_SIZE_BYTES
 
 __all__ = [
     "DENSITY_GROUPINGS",
+    "LOCAL_SCHEDULERS",
     "MIN_SAMPLE_RUNS",
+    "SCHEDULER_CHOICES",
     "SHAPE_GROUPINGS",
     "Aggregate",
     "AggregateConfig",
     "Partial",
     "aggregate",
+    "check_scheduler",
     "merge_partials",
     "process_chunk",
 ]
@@ -71,9 +87,35 @@ SHAPE_GROUPINGS: dict[str, tuple[str, ...]] = {
 }
 #: Fewest runs a run sample needs; below it the row sample is used.
 MIN_SAMPLE_RUNS = 10
+#: Dask's local schedulers (``sync`` and its aliases run in the calling thread).
+LOCAL_SCHEDULERS = ("threads", "processes", "sync", "synchronous", "single-threaded")
+#: What ``--scheduler`` accepts, in words.
+SCHEDULER_CHOICES = "threads|processes|sync|tcp://host:port"
+# address schemes of dask.distributed's comms
+_ADDRESS_RE = re.compile(r"^(tcp|tls|ucx|inproc|ws|wss)://\S+$")
 _DENSITY_WEIGHTS = ("bytes", "ops", "byte_s", "io_bytes")
 _SHAPE_WEIGHTS = ("bytes",)
 _NONE = "(none)"
+
+
+def check_scheduler(scheduler: object) -> str:
+    """``scheduler`` if it names a Dask scheduler: one of :data:`LOCAL_SCHEDULERS` or the
+    address of a ``distributed`` scheduler (``tcp://host:8786``; also ``tls://``,
+    ``ucx://``, ``inproc://``, ``ws://``, ``wss://``).
+
+    Raises
+    ------
+    ValueError
+        Naming the value and what is accepted (e.g. for ``"thread"``).
+    """
+    if isinstance(scheduler, str) and (
+        scheduler in LOCAL_SCHEDULERS or _ADDRESS_RE.match(scheduler)
+    ):
+        return scheduler
+    raise ValueError(
+        f"scheduler {scheduler!r} is not one of {SCHEDULER_CHOICES}: give threads, processes, "
+        "sync, or the address of a running Dask scheduler such as tcp://127.0.0.1:8786"
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -87,7 +129,8 @@ class AggregateConfig:
     seed : int
         Seed of the sample.
     scheduler : str
-        ``threads``, ``processes``, ``sync`` or a ``distributed`` scheduler address.
+        ``threads``, ``processes``, ``sync`` or a ``distributed`` scheduler address
+        (:func:`check_scheduler`).
     workers : int or None
         Threads or processes for the local schedulers (default: the usable cores).
     """
@@ -104,10 +147,7 @@ class AggregateConfig:
             or self.sample_rows < 100
         ):
             raise ValueError(f"sample_rows={self.sample_rows!r} must be an int >= 100")
-        if not isinstance(self.scheduler, str) or not self.scheduler:
-            raise ValueError(
-                f"scheduler={self.scheduler!r} must be threads, processes, sync or an address"
-            )
+        check_scheduler(self.scheduler)
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise ValueError(f"workers={self.workers!r} must be a positive int or None")
 
@@ -126,6 +166,7 @@ class Partial:
     block_lines: dict[tuple[str, int], int]
     rows_read: int
     chunks: int
+    keys: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
@@ -190,21 +231,34 @@ def _hash_unit(values: list[str], seed: int) -> np.ndarray:
     return h.to_numpy(np.uint64).astype(np.float64) / 2.0**64
 
 
-def process_chunk(item: tuple[int, Chunk], *, rate: float, seed: int = 0) -> Partial:
+def process_chunk(
+    item: tuple[int, Chunk] | tuple[int, Chunk, DuplicateRows | None],
+    *,
+    rate: float,
+    seed: int = 0,
+    with_keys: bool = True,
+) -> Partial:
     """Load one chunk, check its rows and reduce them to a :class:`Partial`.
 
     Parameters
     ----------
-    item : (int, Chunk)
-        The chunk's index (seeds its row sample) and the chunk.
+    item : (int, Chunk) or (int, Chunk, DuplicateRows or None)
+        The chunk's index (seeds its row sample), the chunk, and optionally its rows to
+        drop as duplicates (:func:`logs_analysis.validate.duplicate_rows`).
     rate : float
         Sampling rate in (0, 1]; 1 keeps every row in the sample.
+    with_keys : bool
+        Keep the key hash of each usable row (``Partial.keys``) to find duplicates.
     """
-    index, chunk = item
+    index, chunk = item[0], item[1]
+    duplicates = item[2] if len(item) > 2 else None
     result = chunk.load()
     issues = ReadIssues().merge(result.issues)
-    table, bad = validate_rows(result)
+    table, bad, kept = usable_rows(result)
     issues.merge(bad)
+    hashes = {index: key_hashes(table)} if with_keys else {}
+    table, repeated = drop_duplicates(table, result, kept, duplicates)
+    issues.merge(repeated)
     block_lines = (
         {(result.source, result.block_start): result.lines}
         if result.block_start is not None
@@ -212,7 +266,7 @@ def process_chunk(item: tuple[int, Chunk], *, rate: float, seed: int = 0) -> Par
     )
     rows_read = result.table.num_rows
     n = table.num_rows
-    empty = Partial({}, {}, [], {}, [], [], issues, block_lines, rows_read, 1)
+    empty = Partial({}, {}, [], {}, [], [], issues, block_lines, rows_read, 1, hashes)
     if n == 0:
         return empty
 
@@ -308,6 +362,7 @@ def process_chunk(item: tuple[int, Chunk], *, rate: float, seed: int = 0) -> Par
         block_lines=block_lines,
         rows_read=rows_read,
         chunks=1,
+        keys=hashes,
     )
 
 
@@ -387,6 +442,7 @@ def merge_partials(a: Partial, b: Partial) -> Partial:
         block_lines={**a.block_lines, **b.block_lines},
         rows_read=a.rows_read + b.rows_read,
         chunks=a.chunks + b.chunks,
+        keys={**a.keys, **b.keys},
     )
 
 
@@ -511,9 +567,22 @@ def aggregate(
         raise InputError(no_rows_message(paths, all_issues))
     estimated = sum(max(int(c.estimated_rows), 1) for c in chunks)
     rate = min(1.0, config.sample_rows / estimated)
-    bag = db.from_sequence(list(enumerate(chunks)), npartitions=len(chunks))
-    folded = bag.map(process_chunk, rate=rate, seed=config.seed).fold(merge_partials, split_every=4)
-    partial = _compute(folded, config)
+
+    def run(items: list[Any], with_keys: bool) -> Partial:
+        bag = db.from_sequence(items, npartitions=len(items))
+        folded = bag.map(process_chunk, rate=rate, seed=config.seed, with_keys=with_keys).fold(
+            merge_partials, split_every=4
+        )
+        return _compute(folded, config)
+
+    partial = run(list(enumerate(chunks)), True)
+    duplicates = duplicate_rows(
+        [partial.keys.get(i, np.zeros(0, np.uint64)) for i in range(len(chunks))],
+        [c.source for c in chunks],
+    )
+    if duplicates:  # read again, each chunk dropping its rows read before
+        partial = run([(i, c, duplicates.get(i)) for i, c in enumerate(chunks)], False)
+    partial.keys = {}
     all_issues.merge(partial.issues)
     # block-relative line numbers -> file line numbers
     before: dict[tuple[str, int], int] = {}

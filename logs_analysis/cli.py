@@ -10,7 +10,7 @@ import click
 from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
 from placement.openmp import prefer_passive_wait
 
-__all__ = ["parse_budgets", "report_command"]
+__all__ = ["parse_budgets", "parse_scheduler", "report_command"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,28 @@ def parse_budgets(text: str) -> tuple[float, ...]:
         raise click.BadParameter(str(exc)) from None
 
 
+def parse_scheduler(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--scheduler``, checked before any input is read
+    (:func:`logs_analysis.aggregate.check_scheduler`).
+
+    Raises
+    ------
+    click.BadParameter
+        If it is not threads, processes, sync or a scheduler address (exit status 2).
+    """
+    from logs_analysis.aggregate import SCHEDULER_CHOICES, check_scheduler
+
+    try:
+        return check_scheduler(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not one of {SCHEDULER_CHOICES} (the address of a running Dask "
+            "scheduler, e.g. tcp://127.0.0.1:8786)",
+            ctx=ctx,
+            param=param,
+        ) from None
+
+
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
@@ -39,7 +61,8 @@ def parse_budgets(text: str) -> tuple[float, ...]:
     default=Path("report.html"),
     show_default=True,
     help="HTML report to write; the JSON goes beside it with the same name (.json). It must "
-    "not be an input, nor lie inside an input directory.",
+    "not be an input, nor lie inside an input directory, and its folder must be writable "
+    "(all checked before the analysis starts).",
 )
 @click.option(
     "--format",
@@ -53,7 +76,10 @@ def parse_budgets(text: str) -> tuple[float, ...]:
     "--scheduler",
     default="threads",
     show_default=True,
-    help="Dask scheduler: threads, processes, sync, or the address of a running cluster (tcp://host:8786).",
+    callback=parse_scheduler,
+    metavar="threads|processes|sync|tcp://host:port",
+    help="Dask scheduler: threads, processes, sync, or the address of a running cluster "
+    "(tcp://host:8786).",
 )
 @click.option(
     "--budgets",
@@ -73,7 +99,8 @@ def parse_budgets(text: str) -> tuple[float, ...]:
     type=click.IntRange(min=1),
     default=20_000,
     show_default=True,
-    help="Most rows replayed by the simulator.",
+    metavar="N",
+    help="Rows replayed by the simulator: at most N rows, whole runs.",
 )
 @click.option(
     "--top",
@@ -88,7 +115,7 @@ def parse_budgets(text: str) -> tuple[float, ...]:
     "--progress/--no-progress",
     default=True,
     show_default=True,
-    help="Progress bar over the stages.",
+    help="Progress bar over the stages (shown only when stderr is a terminal).",
 )
 def report_command(
     logs: tuple[Path, ...],
@@ -105,9 +132,11 @@ def report_command(
 ) -> None:
     """Analyse intermediate-data I/O logs and write a self-contained HTML report.
 
-    LOGS are files or directories: the service's Parquet or JSON-lines logs, Spark event
-    logs (plain, compressed or rolling eventlog_v2_* directories) and Darshan logs, in
-    any mix. Malformed lines are counted and shown in the report, never fatal.
+    LOGS are files or directories: placement logs (the Parquet files the placement service
+    writes, or JSON lines with the same columns), Spark event logs (plain, compressed or
+    rolling eventlog_v2_* directories) and Darshan logs, in any mix. Malformed lines and
+    records, rows read twice (the same run_id and file_id) and files that are not logs are
+    counted and shown in the report, never fatal.
     """
     prefer_passive_wait()  # before LightGBM loads OpenMP (see placement.openmp)
     from logs_analysis.errors import AnalysisError
@@ -134,7 +163,14 @@ def report_command(
     except (AnalysisError, PlacementError) as exc:
         raise click.ClickException(str(exc)) from exc
     data = report.data
+    issues = data["issues"]
+    not_read = (
+        f", {issues['skipped_inputs']:,} input(s) not read (not logs, unreadable or given twice)"
+        if issues["skipped_inputs"]
+        else ""
+    )
     click.echo(
         f"wrote {html_path} and {json_path}: {data['rows']['usable']:,} files, "
-        f"{data['issues']['total']:,} skipped line(s)/record(s), {data['timings_s']['total']:.1f} s"
+        f"{issues['malformed']:,} malformed or duplicate line(s)/record(s)/row(s) skipped"
+        f"{not_read}, {data['timings_s']['total']:.1f} s"
     )

@@ -21,10 +21,14 @@ Directories are walked recursively in name order; hidden names (``.x``, ``_SUCCE
 are skipped, and a file whose format cannot be told is skipped and counted in the
 returned :class:`~logs_analysis.issues.ReadIssues` (so a ``README.md`` beside event
 logs does no harm). So are a dangling link, FIFO or socket inside a directory ("not a
-regular file (skipped)") and a file or directory reached a second time, by its resolved
-path, e.g. named and also inside a directory named ("duplicate path (read once)"). A
-path named explicitly must be recognised, unless ``--format`` forces a format, in which
-case every file is read as that format.
+regular file (skipped)"), a subdirectory that cannot be listed ("unreadable directory
+(skipped)", with the reason) and a file or directory reached a second time, by its
+resolved path, e.g. named and also inside a directory named ("duplicate path (read
+once)"). Known companion files that are not logs, such as the ``summary.json`` that
+``dataplane placement collect`` writes beside its log (:data:`COMPANION_FILES`), are
+left out without a word when their content is not a log. A path named explicitly must
+be recognised, unless ``--format`` forces a format, in which case every file is read as
+that format.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from logs_analysis.errors import FormatError, InputError, TruncatedStreamError
 from logs_analysis.issues import ReadIssues
 
 __all__ = [
+    "COMPANION_FILES",
     "DARSHAN_MAGIC",
     "Container",
     "LogFormat",
@@ -57,6 +62,9 @@ _HEAD_BYTES = 1 << 16
 _SPARK_RE = re.compile(rb'^\s*\{\s*"Event"\s*:\s*"(SparkListener|org\.apache\.spark)')
 _NATIVE_KEYS = frozenset({"file_id", "created_at", "deleted_at", "size_bytes", "run_id"})
 ROLLING_DIR_PREFIX = "eventlog_v2_"
+#: Names of files written beside logs that are not logs themselves, left out of a directory
+#: walk when their content is no log: ``summary.json`` is ``placement.collect.SUMMARY_FILE``.
+COMPANION_FILES = frozenset({"summary.json"})
 
 
 class LogFormat(str, enum.Enum):
@@ -239,7 +247,8 @@ def discover(
     Raises
     ------
     InputError
-        If a path does not exist, is an empty file, or nothing readable was found.
+        If a path does not exist, is an empty file or a directory that cannot be listed, or
+        nothing readable was found.
     FormatError
         If ``fmt`` is unknown, or a file named explicitly is of no known format.
     """
@@ -277,7 +286,22 @@ def discover(
                 rolling.add(resolved)
                 sources.append(Source(path, LogFormat.SPARK, Container.EVENTLOG_DIR))
                 return
-            for child in sorted(path.iterdir()):
+            try:
+                children = sorted(path.iterdir())
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                if explicit:
+                    raise InputError(
+                        f"cannot list the directory {path}: {why}; check its permissions"
+                    ) from exc
+                # its files cannot even be named: skipped, but counted with the reason
+                issues.add(
+                    "unreadable directory (skipped)",
+                    str(path),
+                    detail=f"cannot list it: {why}; check its permissions",
+                )
+                return
+            for child in children:
                 if not _hidden(child.name):
                     visit(child, False)
             return
@@ -308,6 +332,8 @@ def discover(
             issues.add("unreadable file", str(path), detail=str(exc))
             return
         if found is None:
+            if not explicit and path.name in COMPANION_FILES:
+                return  # e.g. the collector's summary.json: not a log, nothing amiss
             if explicit:
                 raise FormatError(
                     f"cannot tell the format of {path}: it is not a placement log (Parquet or "

@@ -4,6 +4,12 @@ Readers never stop at a bad line or record. Each is counted by reason, and the f
 few (:data:`MAX_EXAMPLES` per reason) are kept with the file and the line (or row) they
 came from, so the report can show them. Issues from parallel chunks are merged with
 :meth:`ReadIssues.merge`.
+
+Two kinds are told apart (:attr:`ReadIssues.skipped_inputs`, :attr:`ReadIssues.malformed`):
+whole inputs left unread because they are not logs, cannot be reached or were given
+twice (:data:`SKIPPED_INPUT_REASONS`: a ``README.md`` beside event logs, an unreadable
+folder), and malformed or duplicate lines, records and rows, or damaged logs (everything
+else).
 """
 
 from __future__ import annotations
@@ -12,10 +18,22 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MAX_EXAMPLES", "ReadIssue", "ReadIssues"]
+__all__ = ["MAX_EXAMPLES", "SKIPPED_INPUT_REASONS", "ReadIssue", "ReadIssues"]
 
 #: Examples kept per reason.
 MAX_EXAMPLES = 5
+#: Reasons that count whole inputs (files, folders) left unread because they are not logs,
+#: cannot be reached or were given twice, not malformed data.
+SKIPPED_INPUT_REASONS = frozenset(
+    {
+        "unrecognised format (skipped)",
+        "empty file",
+        "not a regular file (skipped)",
+        "unreadable file",
+        "unreadable directory (skipped)",
+        "duplicate path (read once)",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +93,17 @@ class ReadIssues:
     def total(self) -> int:
         """Lines, records and files skipped, all reasons together."""
         return int(sum(self.counts.values()))
+
+    @property
+    def skipped_inputs(self) -> int:
+        """Files and folders left unread: not logs, unreachable or given twice
+        (:data:`SKIPPED_INPUT_REASONS`)."""
+        return int(sum(n for r, n in self.counts.items() if r in SKIPPED_INPUT_REASONS))
+
+    @property
+    def malformed(self) -> int:
+        """Malformed or duplicate lines, records and rows, and damaged logs: the rest."""
+        return self.total - self.skipped_inputs
 
     def __bool__(self) -> bool:
         return self.total > 0
@@ -146,6 +175,8 @@ class ReadIssues:
     def to_dict(self) -> dict[str, Any]:
         return {
             "total": self.total,
+            "malformed": self.malformed,
+            "skipped_inputs": self.skipped_inputs,
             "counts": dict(sorted(self.counts.items(), key=lambda kv: -kv[1])),
             "examples": [e.to_dict() for e in self.examples],
         }

@@ -10,6 +10,58 @@ Stages: discover inputs -> read and aggregate (Dask, one pass) -> distributions 
 -> predictability (cross-validated LightGBM on a sample) -> savings (simulator replays)
 -> figures. Predictability and savings need :mod:`placement`'s model and simulator;
 without them (or with too few rows) their sections say why instead.
+
+The JSON
+--------
+One object; ``report_version`` (:data:`REPORT_VERSION`) is raised when a key changes
+meaning or goes away, not when one is added. Shares and savings are **fractions** (0.05
+is 5%; the HTML shows percents), SSD budgets are fractions of peak live bytes, counts
+are integers, and ``null`` stands for a value that is undefined (NaN) or absent.
+
+======================  ===============================================================
+key                     holds
+======================  ===============================================================
+``report_version``      int
+``title``,              str; the time is ISO 8601, UTC
+``generated_at``
+``inputs``              ``paths`` given, ``format``, and ``sources``: each file's
+                        ``path``, ``format``, ``container`` and usable ``rows``
+``rows``                ``read``, ``usable``, ``skipped_lines_records_files``, ``chunks``
+``issues``              ``total`` = ``malformed`` (malformed or duplicate lines, records,
+                        rows; damaged logs) + ``skipped_inputs`` (files and folders not
+                        read: not logs, unreadable, given twice); ``counts`` by reason;
+                        the first ``examples`` of each (``source``, ``location``,
+                        ``reason``, ``detail``)
+``totals``              ``files``, ``runs``, ``pipelines``, ``bytes``, ``read_bytes``,
+                        ``write_bytes`` (bytes), ``read_ops``, ``write_ops``,
+                        ``files_without_io`` (counts), ``byte_seconds``, ``span_s``
+                        (seconds), ``mean_density`` (operations per byte per second)
+``histogram_range``     ``log10_low``/``log10_high`` of the bins, and per variable the
+                        values ``outside`` them
+``units``               the unit of each variable, in words
+``density``,            per grouping (``overall``, ``pipeline``, ...) a list, largest
+``lifetime``, ``size``  first (up to 200): ``key``, ``rows``, ``bytes``, ``ops``,
+                        ``quantiles`` (``p1`` ... ``p99``, in the variable's unit),
+                        ``decades`` (log10 p99/p1 over values above zero),
+                        ``share_rows``/``share_bytes``/``share_ops`` (fractions)
+``skew``                ``overall`` and ``by_pipeline``: ``by_bytes`` and
+                        ``by_byte_seconds``, each the fraction of all operations on the
+                        densest ``"1%"`` and ``"5%"`` of bytes (or byte-seconds)
+``sample``              ``rows``, ``method``, ``runs`` of the row sample
+``predictability``      :meth:`PredictabilityResult.to_dict` (Spearman correlations,
+                        feature importances as fractions of the gain), or
+                        ``{"unavailable": reason}``
+``savings``             :meth:`SavingsResult.to_dict` (``budgets``, ``savings`` and
+                        ``ssd_io_share`` per policy and budget, ``upper_bound``,
+                        ``savings_by_kind``, ``cost_model``, ``all_hdd_tco_usd`` in US
+                        dollars), ``oracle_capture_lightgbm``, ``best_heuristic`` (per
+                        budget: ``policy``, ``savings``, ``lightgbm_ratio``, a multiple)
+                        and ``focus_budget_index`` (the headline budget); or
+                        ``{"unavailable": reason}``
+``config``              the settings (``budgets`` as fractions)
+``timings_s``           seconds per stage and ``total``
+``environment``         ``python`` version and ``cores``
+======================  ===============================================================
 """
 
 from __future__ import annotations
@@ -40,15 +92,18 @@ from logs_analysis.analyses.skew import skew, skew_by
 from logs_analysis.errors import AnalysisError, OutputError
 from logs_analysis.formats import LogFormat, discover, resolved_path
 from logs_analysis.histogram import LOG_HI, LOG_LO
+from logs_analysis.issues import SKIPPED_INPUT_REASONS
 from logs_analysis.readers import plan
 from placement.cost import focus_budget_index
 
 __all__ = [
+    "COST_MODEL_FIELDS",
     "REPORT_VERSION",
     "Report",
     "ReportConfig",
     "build_report",
     "check_output_paths",
+    "check_writable",
     "json_path_for",
 ]
 
@@ -79,7 +134,8 @@ class ReportConfig:
     sample_rows : int
         Rows sampled (whole runs) for predictability.
     savings_rows : int
-        Most rows replayed per policy and budget.
+        At most this many rows are replayed per policy and budget (whole runs while they
+        fit; see :mod:`logs_analysis.analyses.savings`).
     folds : int
         Cross-validation folds.
     n_estimators : int
@@ -89,7 +145,7 @@ class ReportConfig:
     seed : int
         Seed of the samples and models.
     progress : bool
-        Show a tqdm progress bar over the stages.
+        Show a tqdm progress bar over the stages, when stderr is a terminal.
     title : str or None
         Report title (default from the inputs).
     """
@@ -158,7 +214,8 @@ def check_output_paths(
     ------
     OutputError
         If the HTML and the JSON would be one file (``--out`` ends in ``.json``), or either
-        would replace an input file or land inside an input directory that is read.
+        would replace an input file or land inside an input directory that is read, or the
+        folder they go to cannot be written (:func:`check_writable`).
     """
     html = Path(html_path)
     json_file = json_path_for(html)
@@ -185,7 +242,44 @@ def check_output_paths(
                     f"{what} ({out}) would be written inside the input directory {d}, which "
                     "is read as logs; choose another --out outside it"
                 )
+    check_writable(html)
     return html, json_file
+
+
+def check_writable(html_path: str | os.PathLike[str]) -> None:
+    """Check, before any analysis, that the report can be written where asked.
+
+    The folder of ``html_path`` must be a directory this process can create files in, or,
+    if it does not exist yet, the nearest folder above it that does must be (the missing
+    ones are created on writing). Checked by creating an unnamed temporary file there,
+    which leaves nothing behind.
+
+    Raises
+    ------
+    OutputError
+        Naming the folder and the reason (not a directory, permission denied, read-only
+        file system...).
+    """
+    import tempfile
+
+    parent = Path(html_path).parent
+    existing = parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(
+            f"cannot write the report to {parent}: {existing} is not a directory; choose "
+            "another --out"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        where = "" if existing == parent else f" (creating files in {existing})"
+        raise OutputError(
+            f"cannot write the report to {parent}: {exc.strerror or exc}{where}; "
+            "choose another --out or make the folder writable"
+        ) from exc
 
 
 def _clean(value: Any) -> Any:
@@ -226,9 +320,17 @@ class Report:
             lstrip_blocks=True,
         )
         env.filters.update(
-            bytes=_fmt_bytes, sci=_fmt_sci, pct=_fmt_pct, num=_fmt_num, secs=_fmt_secs
+            bytes=_fmt_bytes,
+            sci=_fmt_sci,
+            pct=_fmt_pct,
+            num=_fmt_num,
+            secs=_fmt_secs,
+            val=_fmt_value,
+            skipped_input=lambda reason: reason in SKIPPED_INPUT_REASONS,
         )
-        return env.get_template("report.html.j2").render(r=_clean(self.data), fig=self.figures)
+        return env.get_template("report.html.j2").render(
+            r=_clean(self.data), fig=self.figures, cost_fields=COST_MODEL_FIELDS
+        )
 
     def write(self, html_path: str | os.PathLike[str]) -> tuple[Path, Path]:
         """Write the HTML to ``html_path`` and the JSON beside it; returns both paths.
@@ -297,6 +399,31 @@ def _fmt_num(v: Any, digits: int = 2) -> str:
     return f"{float(v):.{digits}f}"
 
 
+def _fmt_value(v: Any) -> str:
+    """A price or parameter as given: integers with thousands separators, else ``%g``."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if float(v).is_integer():
+        return f"{int(v):,}"
+    return f"{float(v):g}"
+
+
+#: What each :class:`placement.cost.CostModel` field is and its unit, for the report's table
+#: (a field missing here is shown by its name).
+COST_MODEL_FIELDS: dict[str, tuple[str, str]] = {
+    "ssd_usd_per_gb_month": ("SSD capacity", "US dollars per GB-month"),
+    "hdd_usd_per_gb_month": ("HDD capacity", "US dollars per GB-month"),
+    "hdd_iops_per_drive": ("random operations one HDD serves", "operations per second"),
+    "hdd_drive_usd": ("price of one HDD", "US dollars"),
+    "hdd_amortization_months": ("HDD written off over", "months"),
+    "hdd_drive_capacity_bytes": ("capacity of one HDD", "bytes"),
+    "ssd_usd_per_tb_written": ("SSD wear (0: not priced)", "US dollars per TB written"),
+    "hdd_bytes_per_s": ("HDD sequential transfer rate", "bytes per second"),
+}
+
+
 def _fmt_secs(v: Any) -> str:
     if v is None:
         return "-"
@@ -320,7 +447,10 @@ class _Stages:
         if enabled:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=len(STAGES), desc="report", unit="stage", leave=False)
+            # disable=None: no bar when stderr is not a terminal (a file, a pipe, a CI log)
+            self._bar = tqdm(
+                total=len(STAGES), desc="report", unit="stage", leave=False, disable=None
+            )
         self._start = time.perf_counter()
         self._name = ""
 
@@ -425,14 +555,17 @@ def build_report(
 
         stages.start("savings")
         if isinstance(pred, PredictabilityResult):
-            sav: SavingsResult | Unavailable = savings_curve(
-                pred.table,
-                pred.predictions,
-                pred.stage_history,
-                config.budgets,
-                max_rows=config.savings_rows,
-                seed=config.seed,
-            )
+            # placement's features take log10 of zero densities (files without I/O): -inf
+            # is meant there, so numpy's divide-by-zero warning is not shown
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sav: SavingsResult | Unavailable = savings_curve(
+                    pred.table,
+                    pred.predictions,
+                    pred.stage_history,
+                    config.budgets,
+                    max_rows=config.savings_rows,
+                    seed=config.seed,
+                )
         else:
             sav = Unavailable(
                 f"needs the cross-validated predictions, which are unavailable: {pred.reason}"
@@ -474,13 +607,13 @@ def build_report(
             "files": agg.rows,
             "runs": len(agg.runs),
             "pipelines": int(agg.runs["pipeline"].nunique()) if len(agg.runs) else 0,
-            "bytes": totals.get("bytes"),
-            "read_bytes": totals.get("read_bytes"),
-            "write_bytes": totals.get("write_bytes"),
-            "read_ops": totals.get("read_ops"),
-            "write_ops": totals.get("write_ops"),
+            "bytes": _count(totals.get("bytes")),
+            "read_bytes": _count(totals.get("read_bytes")),
+            "write_bytes": _count(totals.get("write_bytes")),
+            "read_ops": _count(totals.get("read_ops")),
+            "write_ops": _count(totals.get("write_ops")),
             "byte_seconds": totals.get("byte_s"),
-            "files_without_io": totals.get("zero_ops_rows"),
+            "files_without_io": _count(totals.get("zero_ops_rows")),
             "span_s": (totals.get("deleted_max", 0.0) - totals.get("created_min", 0.0)),
             "mean_density": (totals.get("ops", 0.0) / totals["byte_s"])
             if totals.get("byte_s")
@@ -525,8 +658,14 @@ def build_report(
     }
     if isinstance(sav, SavingsResult):
         data["savings"]["oracle_capture_lightgbm"] = sav.capture("lightgbm")
+        data["savings"]["best_heuristic"] = sav.best_heuristic()
         data["savings"]["focus_budget_index"] = focus_budget_index(sav.budgets)
     return Report(data=data, figures=figures)
+
+
+def _count(value: float | None) -> int | None:
+    """A count summed as a float (exact below 2**53), as an int for the JSON."""
+    return None if value is None or not math.isfinite(value) else int(round(value))
 
 
 def _title(paths: Sequence[Any]) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from logs_analysis.aggregate import Aggregate
-from logs_analysis.histogram import Histogram, quantiles_from_counts
+from logs_analysis.histogram import ZERO_BIN, Histogram, quantiles_from_counts
 
 __all__ = ["QUANTILES", "UNITS", "GroupDistribution", "distribution_table"]
 
@@ -35,23 +35,24 @@ class GroupDistribution:
         The grouping's values (e.g. ``[pipeline, stage]``); empty for the whole log.
     rows : int
         Files.
-    bytes : float
+    bytes : int
         Sum of sizes, in bytes.
-    ops : float or None
+    ops : int or None
         Sum of read and write operations (density only).
     quantiles : dict
         ``"p50" -> value`` in the variable's unit.
     decades : float
-        ``log10(p99 / p1)`` over the files with a value above zero: orders of magnitude
-        the middle 98% of them spans (NaN when fewer than two such files).
+        ``log10(p99 / p1)`` over the files with a value above zero (for density: the files
+        with I/O), p1 and p99 taken among those files only: orders of magnitude the middle
+        98% of them spans (NaN when fewer than two such files).
     share_rows, share_bytes, share_ops : float
         Shares of the whole log.
     """
 
     key: list[str]
     rows: int
-    bytes: float
-    ops: float | None
+    bytes: int
+    ops: int | None
     quantiles: dict[str, float]
     decades: float
     share_rows: float
@@ -101,29 +102,38 @@ def distribution_table(
     keys = list(sums.index if top is None else sums.index[:top])
     for key in keys:
         part = groups.get_group(key)
-        qs = quantiles_from_counts(part["bin"].to_numpy(), part["n"].to_numpy(), QUANTILES)
+        bins, counts = part["bin"].to_numpy(), part["n"].to_numpy()
+        qs = quantiles_from_counts(bins, counts, QUANTILES)
         values = {
             _label(q): (0.0 if v == -math.inf else float(10.0**v))
             for q, v in zip(QUANTILES, qs, strict=True)
         }
-        lo, hi = qs[0], qs[-1]
-        decades = hi - lo if math.isfinite(lo) and math.isfinite(hi) else math.nan
         row = sums.loc[key]
-        ops = float(row["ops"]) if "ops" in row.index else None
+        ops = int(round(float(row["ops"]))) if "ops" in row.index else None
         out.append(
             GroupDistribution(
                 key=Histogram.split_key(str(key)),
                 rows=int(row["n"]),
-                bytes=float(row["bytes"]),
+                bytes=int(round(float(row["bytes"]))),
                 ops=ops,
                 quantiles=values,
-                decades=float(decades),
+                decades=_decades(bins, counts),
                 share_rows=float(row["n"]) / total_rows,
                 share_bytes=float(row["bytes"]) / total_bytes,
                 share_ops=None if ops is None else ops / total_ops,
             )
         )
     return out
+
+
+def _decades(bins: np.ndarray, counts: np.ndarray) -> float:
+    """``log10(p99 / p1)`` of the values above zero (bins other than ``ZERO_BIN``), NaN when
+    fewer than two such values."""
+    positive = bins != ZERO_BIN
+    if counts[positive].sum() < 2:
+        return math.nan
+    lo, hi = quantiles_from_counts(bins[positive], counts[positive], (0.01, 0.99))
+    return float(hi - lo) if math.isfinite(lo) and math.isfinite(hi) else math.nan
 
 
 def histogram_series(

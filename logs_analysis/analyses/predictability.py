@@ -13,7 +13,12 @@ and model (:class:`placement.model.DensityModel`, a regressor on log10 density):
    per pipeline, next to two baselines (the stage-history estimate and ``-log size``,
    i.e. "smaller files are denser"), and the mean gain importance of each feature.
 
-The out-of-fold predictions are kept for :mod:`logs_analysis.analyses.savings`.
+The out-of-fold predictions are kept for :mod:`logs_analysis.analyses.savings`. A fold
+whose other folds hold fewer than :data:`MIN_TRAIN_ROWS` rows with I/O cannot be trained
+for; if any row is left without an out-of-fold prediction that way (e.g. two runs, one
+of them tiny), the whole analysis is unavailable, saying how many rows lack one, rather
+than judging learned placement on the few rows that have one (and the savings replay,
+which needs them all, is unavailable too).
 """
 
 from __future__ import annotations
@@ -28,10 +33,18 @@ import pandas as pd
 
 from logs_analysis.analyses import Unavailable
 
-__all__ = ["MIN_ROWS", "PredictabilityConfig", "PredictabilityResult", "predictability"]
+__all__ = [
+    "MIN_ROWS",
+    "MIN_TRAIN_ROWS",
+    "PredictabilityConfig",
+    "PredictabilityResult",
+    "predictability",
+]
 
 #: Fewest usable rows to cross-validate on.
 MIN_ROWS = 40
+#: Fewest training rows with I/O (finite log density) a fold's model is fitted on.
+MIN_TRAIN_ROWS = 10
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -195,10 +208,13 @@ def _predictability(
         seed=config.seed,
         min_data_in_leaf=min(20, max(2, len(df) // 20)),
     )
-    used = learned = 0
+    used = learned = skipped = 0
     for test in tests:
         train = ~test & finite
-        if train.sum() < 10 or not test.any():
+        if not test.any():
+            continue
+        if train.sum() < MIN_TRAIN_ROWS:
+            skipped += 1
             continue
         model = DensityModel(params).fit_features(features.loc[train], target[train])
         pred[test] = model.predict(features.loc[test])
@@ -212,6 +228,14 @@ def _predictability(
     if used == 0:
         return Unavailable(
             f"no fold had enough rows to train on ({len(df)} rows, split by {split})"
+        )
+    missing = int(np.count_nonzero(~np.isfinite(pred)))
+    if missing:
+        return Unavailable(
+            f"only {len(df) - missing:,} of {len(df):,} rows got an out-of-fold prediction: "
+            f"{skipped} of {used + skipped} folds (split by {split}) left fewer than "
+            f"{MIN_TRAIN_ROWS} rows with I/O to train on, so learned placement cannot be "
+            f"judged on the other {missing:,} rows; give logs of more runs or pipelines"
         )
     importances = {
         k: v / max(learned, 1) for k, v in sorted(importances.items(), key=lambda kv: -kv[1])

@@ -27,7 +27,10 @@ policies takes each file's expected lifetime from its (pipeline, stage) history,
 placement evaluation does (:func:`placement.evaluate.stage_history_lifetime`).
 
 Replays are Python event loops (a few microseconds per file), so at most ``max_rows``
-rows are replayed: whole runs, chosen by hash of ``run_id``.
+rows are replayed: whole runs, taken in an order set by a hash of ``run_id`` while they
+fit (a run that would overshoot is passed over for the next). With fewer than 5 runs, or
+when whole runs fill less than half of ``max_rows``, ``max_rows`` rows are drawn at random
+instead.
 """
 
 from __future__ import annotations
@@ -44,7 +47,11 @@ import pandas as pd
 from logs_analysis.analyses import Unavailable
 from placement.cost import DEFAULT_BUDGETS  # numpy only: no simulator, no LightGBM
 
-__all__ = ["DEFAULT_BUDGETS", "SavingsResult", "savings_curve"]
+__all__ = ["DEFAULT_BUDGETS", "HEURISTICS", "SavingsResult", "savings_curve"]
+
+#: The policies compared with learned placement as heuristics (as
+#: ``placement.evaluate.HEURISTICS``, not imported here: that module loads LightGBM).
+HEURISTICS: tuple[str, ...] = ("first-fit", "small-files-first", "stage-history")
 
 
 @dataclasses.dataclass
@@ -91,6 +98,23 @@ class SavingsResult:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def best_heuristic(self) -> list[dict[str, Any]]:
+        """Per budget, the heuristic of :data:`HEURISTICS` that saved most: ``policy``, its
+        ``savings`` (share of the all-HDD TCO) and ``lightgbm_ratio``, LightGBM's savings
+        as a multiple of it (``None`` when it saved nothing)."""
+        out: list[dict[str, Any]] = []
+        names = [h for h in HEURISTICS if h in self.savings]
+        for i in range(len(self.budgets)):
+            if not names:
+                out.append({"policy": None, "savings": None, "lightgbm_ratio": None})
+                continue
+            best = max(names, key=lambda h: self.savings[h][i])
+            value = self.savings[best][i]
+            lgbm = self.savings.get("lightgbm", [math.nan] * len(self.budgets))[i]
+            ratio = lgbm / value if value > 0 and math.isfinite(lgbm) else None
+            out.append({"policy": best, "savings": value, "lightgbm_ratio": ratio})
+        return out
+
     def capture(self, policy: str = "lightgbm") -> list[float | None]:
         """``policy``'s share of the oracle's savings at each budget."""
         out: list[float | None] = []
@@ -100,24 +124,28 @@ class SavingsResult:
 
 
 def _subset(df: pd.DataFrame, max_rows: int, seed: int) -> np.ndarray:
+    """Mask of at most ``max_rows`` rows to replay (see the module docstring)."""
     if len(df) <= max_rows:
         return np.ones(len(df), dtype=bool)
     runs = df["run_id"].astype(str)
     unique = runs.unique()
-    if len(unique) < 5:
-        rng = np.random.default_rng(seed)
-        mask = np.zeros(len(df), dtype=bool)
-        mask[rng.choice(len(df), max_rows, replace=False)] = True
-        return mask
-    h = pd.util.hash_pandas_object(pd.Series(unique), index=False).to_numpy()
-    counts = runs.value_counts()
-    keep, total = [], 0
-    for i in np.argsort(h):
-        keep.append(unique[i])
-        total += int(counts[unique[i]])
-        if total >= max_rows:
-            break
-    return runs.isin(keep).to_numpy()
+    if len(unique) >= 5:
+        h = pd.util.hash_pandas_object(pd.Series(unique), index=False).to_numpy()
+        counts = runs.value_counts()
+        keep, total = [], 0
+        for i in np.argsort(h, kind="stable"):
+            n = int(counts[unique[i]])
+            if total + n <= max_rows:  # whole runs while they fit
+                keep.append(unique[i])
+                total += n
+                if total == max_rows:
+                    break
+        if 2 * total >= max_rows:
+            return runs.isin(keep).to_numpy()
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(len(df), dtype=bool)
+    mask[rng.choice(len(df), max_rows, replace=False)] = True
+    return mask
 
 
 def _stage_history_lifetime(table: pd.DataFrame) -> np.ndarray:
@@ -156,7 +184,7 @@ def savings_curve(
     budgets : sequence of float
         SSD budgets, shares of peak live bytes in (0, 1].
     max_rows : int
-        Most rows replayed (whole runs).
+        Most rows replayed: at most this many, whole runs (see the module docstring).
     cost_model : placement.cost.CostModel, optional
         Prices; default :class:`placement.cost.CostModel()`.
     expected_lifetime : numpy.ndarray, optional

@@ -1,6 +1,7 @@
 """Log readers: each turns one kind of source into placement-log rows.
 
-* :mod:`~logs_analysis.readers.native` - the service's Parquet and JSON-lines logs;
+* :mod:`~logs_analysis.readers.native` - placement logs: the Parquet files the service
+  writes, and JSON lines holding the same columns;
 * :mod:`~logs_analysis.readers.spark` - Spark event logs (plain, compressed, rolling);
 * :mod:`~logs_analysis.readers.darshan` - Darshan logs (optional ``darshan`` package).
 
@@ -60,7 +61,8 @@ def read_table(
     -------
     (pyarrow.Table, ReadIssues)
         Rows conformed to :data:`placement.schema.SCHEMA` that pass the row checks of
-        :mod:`logs_analysis.validate`, and every file, line or row skipped.
+        :mod:`logs_analysis.validate` (duplicate keys dropped), and every file, line or
+        row skipped.
 
     Raises
     ------
@@ -69,27 +71,48 @@ def read_table(
     FormatError
         If a named file's format cannot be told (see :func:`logs_analysis.formats.discover`).
     """
-    from logs_analysis.validate import validate_rows
+    from logs_analysis.validate import drop_duplicates, duplicate_rows, key_hashes, usable_rows
 
     sources, issues = discover(list(paths), fmt)
     chunks, more = plan(sources)
     issues.merge(more)
-    tables = []
+    loaded = []
     lines_before: dict[tuple[str, int], int] = {}
     seen_lines: dict[str, int] = {}
     for chunk in chunks:
         result = chunk.load()
-        table, bad = validate_rows(result)
+        table, bad, kept = usable_rows(result)
         issues.merge(result.issues).merge(bad)
         if result.block_start is not None:
             lines_before[(result.source, result.block_start)] = seen_lines.get(result.source, 0)
             seen_lines[result.source] = seen_lines.get(result.source, 0) + result.lines
+        loaded.append((result, table, kept))
+    # rows whose (run_id, file_id) was read before are dropped, as in the aggregate pass
+    duplicates = duplicate_rows(
+        [key_hashes(table) for _, table, _ in loaded], [r.source for r, _, _ in loaded]
+    )
+    tables = []
+    for i, (result, table, kept) in enumerate(loaded):
+        table, repeated = drop_duplicates(table, result, kept, duplicates.get(i))
+        issues.merge(repeated)
         tables.append(table)
     issues.resolve_lines(lines_before)
     rows = sum(t.num_rows for t in tables)
     if rows == 0:
         raise InputError(no_rows_message(paths, issues))
-    return pa.concat_tables(tables), issues
+    # Parquet chunks keep id columns dictionary-encoded; one table needs one schema
+    return pa.concat_tables([_decoded(t) for t in tables]), issues
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    """``table`` with dictionary-encoded columns cast to their value type."""
+    if not any(pa.types.is_dictionary(f.type) for f in table.schema):
+        return table
+    fields = [
+        pa.field(f.name, f.type.value_type, f.nullable) if pa.types.is_dictionary(f.type) else f
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
 
 
 def no_rows_message(paths: Sequence[str | os.PathLike[str]], issues: ReadIssues) -> str:

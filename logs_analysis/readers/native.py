@@ -1,4 +1,6 @@
-"""The service's own logs: Parquet files (:class:`placement.logwriter.LogWriter`) and JSON lines.
+"""Placement logs: the service's Parquet files (:class:`placement.logwriter.LogWriter`), and
+JSON lines holding the same columns (dataplane itself writes only Parquet; other tools can
+write these).
 
 Both hold placement log rows (:data:`placement.schema.SCHEMA`) as they are, so the mapping
 is the identity; :func:`placement.schema.conform` adds missing nullable columns as nulls

@@ -55,7 +55,8 @@ Tasks that wrote no shuffle data and spilled nothing yield no record (an applica
 without shuffles yields none, which is not an error by itself). Lines that are not JSON,
 events that are not objects, task-end events without the fields above and events whose
 fields have the wrong type (a "Task ID" that is a string, "Stage IDs" that is not a list,
-a count too large for its column) are counted in :class:`~logs_analysis.issues.ReadIssues`
+a task metric such as "Shuffle Bytes Written" given as a string, a count too large for its
+column; the detail names the field) are counted in :class:`~logs_analysis.issues.ReadIssues`
 with their line numbers, and the rest of the log is read.
 
 Rolling event logs (a directory ``eventlog_v2_<app>`` of ``events_<n>_<app>[.codec]``
@@ -63,7 +64,8 @@ files, Spark >= 3) are read as one stream in index order; compressed files are
 decompressed by :mod:`logs_analysis.readers.compression`. A compressed file cut short
 (Spark writes in-progress logs this way) keeps the lines decoded before the cut and
 counts one "truncated compressed stream" issue naming the file, as a plain-text log cut
-short keeps its complete lines.
+short keeps its complete lines (a file cut before its first line is that one issue, not
+also "no Spark listener events").
 """
 
 from __future__ import annotations
@@ -161,15 +163,28 @@ class _Task:
 
 
 def _num(d: Any, *keys: str) -> int:
-    for key in keys:
-        if not isinstance(d, dict):
+    """The metric at ``d[keys[0]][keys[1]]...`` as an int; 0 when it (or a level above it)
+    is absent or null. A value Spark never writes there (a string such as ``"1710"``, a
+    boolean, a level that is not an object, a number beyond int64) is malformed."""
+    for i, key in enumerate(keys):
+        if d is None:
             return 0
+        if not isinstance(d, dict):
+            name = "/".join(keys[:i]) or "the metrics"
+            raise _MalformedEvent(f"{name}={_short(d)} is not an object")
         d = d.get(key)
-    if not isinstance(d, (int, float)) or isinstance(d, bool):
+    if d is None:
         return 0
+    if not isinstance(d, (int, float)) or isinstance(d, bool):
+        raise _MalformedEvent(f"{'/'.join(keys)}={_short(d)} is not a number")
     if not (isinstance(d, int) or math.isfinite(d)) or not -_INT64_MAX <= d <= _INT64_MAX:
         raise _MalformedEvent(f"{'/'.join(keys)}={d!r} is out of range")
     return int(d)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _opt_int(value: Any, name: str, default: int = 0, hi: int = _INT64_MAX) -> int:
@@ -304,7 +319,9 @@ def read_spark_events(path: str | Path) -> ChunkResult:
                 task = _task_end(ev, file, n, issues)
                 if task is None:
                     continue
-                metrics = ev.get("Task Metrics") or {}
+                metrics = ev.get("Task Metrics")
+                if not isinstance(metrics, dict):
+                    metrics = {}  # as _task_end reads it: a task without metrics
                 st = stages[task.stage]
                 # both read before either is added: a malformed one leaves the stage as it was
                 blocks = _num(metrics, "Shuffle Read Metrics", "Local Blocks Fetched") + _num(
@@ -323,7 +340,8 @@ def read_spark_events(path: str | Path) -> ChunkResult:
                 detail=f"{kind}: {exc}",
                 line=n,
             )
-    if events == 0:
+    if events == 0 and not issues.counts.get("truncated compressed stream"):
+        # a stream cut before its first line is counted once, as truncated, above
         issues.add("no Spark listener events (skipped)", str(path))
     return _records(
         str(path),
@@ -536,7 +554,17 @@ class SparkChunk:
 
 
 def plan_spark(path: str | Path) -> tuple[list[SparkChunk], ReadIssues]:
-    """One chunk per application log; rows are estimated at one per 2 KiB of log."""
+    """One chunk per application log; rows are estimated at one per 2 KiB of log.
+
+    A rolling event-log directory that cannot be listed, or whose files cannot be
+    examined, is skipped and counted ("unreadable event log (skipped)"), not fatal.
+    """
     path = Path(path)
-    size = sum(f.stat().st_size for f in event_files(path))
+    try:
+        size = sum(f.stat().st_size for f in event_files(path))
+    except (FormatError, OSError) as exc:
+        issues = ReadIssues()
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        issues.add("unreadable event log (skipped)", str(path), detail=why)
+        return [], issues
     return [SparkChunk(str(path), max(1, math.ceil(size / 2048)))], ReadIssues()

@@ -84,9 +84,14 @@ def spark_copy(spark_dir: Path, tmp_path: Path) -> Path:
 def mixed_inputs(
     tmp_path_factory: pytest.TempPathFactory, spark_dir: Path, darshan_log: Path
 ) -> list[Path]:
-    """The real Spark logs (with their README), a Darshan log, and a Spark log with bad lines."""
+    """The real Spark logs (with their README), a Darshan log, and a Spark log with bad lines
+    (a copy of one of them, renamed as another application)."""
     tmp = tmp_path_factory.mktemp("mixed")
     lines = (spark_dir / "application_1506645932520_24630151").read_text().splitlines()
+    # another application (its own App ID, so run_id and file_ids), not a copy of the
+    # original's rows, which would be read once as duplicates
+    assert '"App ID":"application_1506645932520_24630151"' in lines[3]
+    lines[3] = lines[3].replace("24630151", "24630152")
     lines[5] = lines[5][:30]
     lines[9] = "garbage"
     bad = tmp / "app-corrupted"

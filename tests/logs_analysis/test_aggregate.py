@@ -162,6 +162,10 @@ def test_config_is_validated() -> None:
         AggregateConfig(sample_rows=5)
     with pytest.raises(ValueError, match="workers"):
         AggregateConfig(workers=0)
+    with pytest.raises(ValueError, match=r"'thread' is not one of threads\|processes\|sync"):
+        AggregateConfig(scheduler="thread")
+    for ok in ("threads", "processes", "sync", "tcp://127.0.0.1:8786", "tls://host:8786"):
+        assert AggregateConfig(scheduler=ok).scheduler == ok
 
 
 @pytest.mark.timeout(120)
@@ -170,5 +174,46 @@ def test_process_scheduler_with_darshan_logs(darshan_log: Path, native_dir: Path
     # process-pool worker
     threads = _run([darshan_log, native_dir], scheduler="threads")
     procs = _run([darshan_log, native_dir], scheduler="processes", workers=2)
-    assert procs.rows == threads.rows == 214 + 322
+    # native_dir holds the Darshan log's 214 rows too (same run_id and file_id): the second
+    # pass that drops them runs under both schedulers
+    assert procs.rows == threads.rows == 322
+    duplicates = "duplicate row (run_id and file_id read before; dropped)"
+    assert procs.issues.counts == threads.issues.counts == {duplicates: 214}
     assert procs.totals == pytest.approx(threads.totals)
+
+
+def test_decades_leave_out_files_without_io(tmp_path: Path) -> None:
+    """p1 and p99 of the decades are taken among the files with I/O, whatever share of
+    files has none."""
+    n, idle = 200, 50
+    ops = np.r_[np.zeros(idle, dtype=np.int64), np.full(n - idle, 3, dtype=np.int64)]
+    life = np.r_[np.full(idle, 10.0), np.logspace(0, 6, n - idle)]  # six decades of density
+    rows = [
+        {
+            "file_id": f"f{i}",
+            "pipeline": "p",
+            "run_id": f"r{i % 4}",
+            "stage": "s",
+            "created_at": 100.0,
+            "deleted_at": 100.0 + float(life[i]),
+            "file_kind": "spill",
+            "size_bytes": 10**6,
+            "read_ops": int(ops[i]),
+            "write_ops": 0,
+            "read_bytes": 0,
+            "write_bytes": 0,
+        }
+        for i in range(n)
+    ]
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    agg = _run([path])
+    (overall,) = distribution_table(agg, "density", "overall")
+    assert overall.quantiles["p1"] == 0.0  # a quarter of the files have no I/O
+    density = 3 / (10**6 * life[idle:])
+    want = np.log10(np.quantile(density, 0.99) / np.quantile(density, 0.01))
+    assert overall.decades == pytest.approx(want, abs=0.1)
+    assert overall.to_dict()["decades"] == pytest.approx(want, abs=0.1)
+    # counts are integers
+    assert isinstance(overall.bytes, int) and isinstance(overall.ops, int)
+    assert overall.ops == int(ops.sum()) and overall.bytes == n * 10**6

@@ -452,3 +452,204 @@ def test_truncated_darshan_log_says_so_quietly(
     assert "Error:" in example.detail  # the parser's own message, quoted
     err = capfd.readouterr().err
     assert "Error:" not in err and "Unlinking" not in err and "double free" not in err
+
+
+# ----------------------------------------------------------------------------- unreadable folders
+
+
+def _deny_listing(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Make listing any directory called ``name`` fail as an unreadable one does (an injected
+    fault: root lists directories whatever their mode)."""
+    real = Path.iterdir
+
+    def iterdir(self: Path) -> Any:
+        if self.name == name:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+
+
+def test_unreadable_subdirectory_is_counted_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = tmp_path / "logs"
+    (logs / "locked").mkdir(parents=True)
+    _write_jsonl(logs / "a.jsonl", [_native_row(i) for i in range(4)])
+    _write_jsonl(logs / "locked" / "b.jsonl", [_native_row(i, run_id="r2") for i in range(4)])
+    _deny_listing(monkeypatch, "locked")
+    sources, issues = discover([logs])
+    assert [s.path.name for s in sources] == ["a.jsonl"]
+    assert issues.counts == {"unreadable directory (skipped)": 1}
+    assert issues.skipped_inputs == 1 and issues.malformed == 0
+    (example,) = issues.examples
+    assert example.source == str(logs / "locked")
+    assert "Permission denied" in example.detail and "permissions" in example.detail
+    table, _ = read_table([logs])
+    assert table.num_rows == 4
+    # named explicitly, it is a clear error, not a traceback
+    with pytest.raises(InputError, match=r"cannot list the directory .*locked.*Permission denied"):
+        discover([logs / "locked"])
+    # and the report goes on, saying so
+    out = tmp_path / "out" / "r.html"
+    result = _report([str(logs), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["issues"]["counts"] == {"unreadable directory (skipped)": 1}
+    assert data["rows"]["usable"] == 4
+
+
+def test_unreadable_subdirectory_by_its_mode(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root lists directories whatever their mode")
+    logs = tmp_path / "logs"
+    (logs / "locked").mkdir(parents=True)
+    _write_jsonl(logs / "a.jsonl", [_native_row(i) for i in range(4)])
+    _write_jsonl(logs / "locked" / "b.jsonl", [_native_row(i) for i in range(4)])
+    (logs / "locked").chmod(0)
+    try:
+        sources, issues = discover([logs])
+    finally:
+        (logs / "locked").chmod(0o755)
+    assert [s.path.name for s in sources] == ["a.jsonl"]
+    assert issues.counts == {"unreadable directory (skipped)": 1}
+
+
+def test_unlistable_rolling_event_log_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = tmp_path / "logs"
+    rolling = logs / "eventlog_v2_app-1"
+    rolling.mkdir(parents=True)
+    (rolling / "events_1_app-1").write_bytes(_spark_bytes(_spark_events(5)))
+    _write_jsonl(logs / "a.jsonl", [_native_row(i) for i in range(4)])
+    _deny_listing(monkeypatch, rolling.name)
+    table, issues = read_table([logs])
+    assert table.num_rows == 4
+    assert issues.counts == {"unreadable event log (skipped)": 1}
+    assert "Permission denied" in issues.examples[0].detail
+
+
+# ----------------------------------------------------------------------------- companion files
+
+
+def test_collector_summary_json_is_not_a_malformed_log(tmp_path: Path) -> None:
+    from placement.collect import SUMMARY_FILE
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pq.write_table(pa.Table.from_pylist([_native_row(i) for i in range(5)]), logs / "io.parquet")
+    summary = {"total": {"rows": 5}, "pipelines": {}, "runs": [], "failed_runs": []}
+    (logs / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    (logs / "notes.txt").write_text("not a log\n")
+    sources, issues = discover([logs])
+    assert [s.path.name for s in sources] == ["io.parquet"]
+    # the summary is left out without a word; another non-log file is still counted
+    assert issues.counts == {"unrecognised format (skipped)": 1}
+    assert issues.examples[0].source.endswith("notes.txt")
+    # a real log of that name is read
+    (logs / SUMMARY_FILE).write_text(json.dumps(_native_row(9)) + "\n")
+    sources, _ = discover([logs])
+    assert sorted(s.path.name for s in sources) == ["io.parquet", SUMMARY_FILE]
+    from logs_analysis.formats import COMPANION_FILES
+
+    assert SUMMARY_FILE in COMPANION_FILES
+
+
+def test_skipped_inputs_are_told_apart_from_malformed_data(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    rows = [_native_row(i) for i in range(6)] + [_native_row(6, size_bytes=-1)]
+    _write_jsonl(logs / "a.jsonl", rows)
+    (logs / "README.md").write_text("# logs\n")
+    (logs / "empty.jsonl").write_text("")
+    out = tmp_path / "r.html"
+    result = _report([str(logs), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    issues = json.loads(out.with_suffix(".json").read_text())["issues"]
+    assert issues["total"] == 3
+    assert issues["malformed"] == 1 and issues["skipped_inputs"] == 2
+    assert "1 malformed or duplicate" in result.output and "2 input(s) not read" in result.output
+    html = out.read_text()
+    assert "2 input file(s) or folder(s) were not read" in html
+    assert "1 malformed or duplicate line(s), record(s) or row(s)" in html
+
+
+# ----------------------------------------------------------------------------- duplicates
+
+
+DUPLICATE_ROW = "duplicate row (run_id and file_id read before; dropped)"
+
+
+def test_rows_read_twice_are_dropped_and_counted(tmp_path: Path) -> None:
+    from logs_analysis.aggregate import aggregate
+    from logs_analysis.readers import plan
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    rows = [_native_row(i, run_id=f"r{i % 3}") for i in range(30)]
+    original = _write_jsonl(logs / "a.jsonl", rows)
+    (logs / "b-copy.jsonl").write_bytes(original.read_bytes())  # the same log, another name
+    table, issues = read_table([logs])
+    assert table.num_rows == 30 and issues.counts == {DUPLICATE_ROW: 30}
+    # the same rows in Parquet (a file dictionary-encodes run_id), 5 new ones at its end
+    more = rows[:10] + [_native_row(i, run_id="r9") for i in range(100, 105)]
+    pq.write_table(pa.Table.from_pylist(more), logs / "c.parquet")
+    table, issues = read_table([logs])
+    assert table.num_rows == 35
+    assert issues.counts == {DUPLICATE_ROW: 30 + 10}
+    first = issues.examples[0]
+    assert first.source == str(logs / "b-copy.jsonl") and first.location == "line 1"
+    assert "file_id='f0'" in first.detail and f"already read from {original}" in first.detail
+    # the aggregate pass (the report's) drops the same rows
+    sources, found = discover([logs])
+    chunks, _ = plan(sources)
+    agg = aggregate(chunks, issues=found)
+    assert agg.rows == 35 and agg.issues.counts == {DUPLICATE_ROW: 40}
+    assert int(agg.histogram("density", "overall").frame["n"].sum()) == 35
+    assert agg.sources == {str(original): 30, str(logs / "c.parquet"): 5}
+    # a key repeated inside one file is a duplicate too; without any, nothing is dropped
+    single = _write_jsonl(tmp_path / "one.jsonl", [_native_row(0), _native_row(1), _native_row(0)])
+    table, issues = read_table([single])
+    assert table.num_rows == 2 and issues.counts == {DUPLICATE_ROW: 1}
+    table, issues = read_table([original])
+    assert table.num_rows == 30 and not issues
+    from logs_analysis import validate
+
+    assert validate.DUPLICATE_ROW == DUPLICATE_ROW
+
+
+# ----------------------------------------------------------------------------- spark metrics
+
+
+def test_non_numeric_spark_metrics_are_malformed_events(tmp_path: Path) -> None:
+    events = _spark_events(20)
+    first_task = next(i for i, e in enumerate(events) if e["Event"] == "SparkListenerTaskEnd")
+    written = events[first_task]["Task Metrics"]["Shuffle Write Metrics"]
+    written["Shuffle Bytes Written"] = str(written["Shuffle Bytes Written"])  # "10000"
+    events[first_task + 1]["Task Metrics"]["Input Metrics"] = "lots"
+    events[first_task + 2]["Task Metrics"]["Disk Bytes Spilled"] = True
+    del events[first_task + 3]["Task Metrics"]["Input Metrics"]  # absent: 0, not malformed
+    path = tmp_path / "app-strings"
+    path.write_bytes(_spark_bytes(events))
+    result = read_spark_events(path)
+    assert result.table.num_rows == 17
+    assert result.issues.counts == {"malformed Spark event": 3}
+    details = " | ".join(e.detail for e in result.issues.examples)
+    assert "Shuffle Write Metrics/Shuffle Bytes Written='10000' is not a number" in details
+    assert "Input Metrics='lots' is not an object" in details
+    assert "Disk Bytes Spilled=True is not a number" in details
+    assert sorted(e.line for e in result.issues.examples) == [
+        first_task + 1,
+        first_task + 2,
+        first_task + 3,
+    ]
+
+
+def test_compressed_log_cut_before_its_first_line_is_counted_once(tmp_path: Path) -> None:
+    stream = _zstd(_spark_bytes(_spark_events(40)))
+    cut = tmp_path / "app-cut.zstd"
+    cut.write_bytes(stream[: len(stream) // 2])
+    result = read_spark_events(cut)
+    assert result.table.num_rows == 0  # one zstd block: nothing decodes before the cut
+    assert result.issues.counts == {"truncated compressed stream": 1}

@@ -39,6 +39,7 @@ def test_issues_are_counted_and_shown(report_files: tuple[Path, Path, str]) -> N
     html_path, json_path, _ = report_files
     issues = json.loads(json_path.read_text())["issues"]
     assert issues["counts"] == {"invalid JSON": 2, "unrecognised format (skipped)": 1}
+    assert issues["malformed"] == 2 and issues["skipped_inputs"] == 1
     located = {(Path(e["source"]).name, e["location"]) for e in issues["examples"]}
     assert ("app-corrupted", "line 6") in located and ("app-corrupted", "line 10") in located
     html = html_path.read_text()
@@ -178,3 +179,175 @@ def test_default_budgets_are_placements_without_loading_lightgbm() -> None:
     code = "import sys, logs_analysis.analyses.savings; print('lightgbm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_spark_logs_alone_leave_learned_placement_unavailable(
+    spark_dir: Path, tmp_path: Path
+) -> None:
+    """Two runs: the fold holding out the large one has 8 rows to train on, so 100 of the
+    108 files get no out-of-fold prediction; learned placement is not judged on the rest."""
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(
+        report_command, [str(spark_dir), "--out", str(out), "--no-progress"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["rows"]["usable"] == 108
+    reason = data["predictability"]["unavailable"]
+    assert "only 8 of 108 rows got an out-of-fold prediction" in reason
+    assert "the other 100 rows" in reason
+    assert "out-of-fold prediction" in data["savings"]["unavailable"]
+    html = out.read_text()
+    assert "TCO saved by learned placement" not in html
+    assert 'alt="predicted vs true density"' not in html and 'alt="savings curve"' not in html
+    assert "cross-validated over" not in html
+
+
+def test_bad_scheduler_is_a_usage_error(spark_dir: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        report_command,
+        [
+            str(spark_dir / "local-1430917381534"),
+            "--scheduler",
+            "thread",
+            "--out",
+            str(tmp_path / "r.html"),
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert "'thread' is not one of threads|processes|sync|tcp://host:port" in result.output
+    assert not (tmp_path / "r.html").exists()
+
+
+def _no_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the logs were read before the output was checked")
+
+    monkeypatch.setattr("logs_analysis.report.aggregate", fail)
+
+
+def test_unwritable_output_is_refused_before_reading(
+    spark_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_analysis(monkeypatch)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    log = str(spark_dir / "local-1430917381534")
+    for out, why in (
+        (blocker / "r.html", "is not a directory"),
+        # no process, root included, may create files in /proc
+        (Path("/proc") / "dataplane-report" / "r.html", "cannot write the report to /proc"),
+    ):
+        result = CliRunner().invoke(report_command, [log, "--out", str(out), "--no-progress"])
+        assert result.exit_code == 1, result.output
+        assert isinstance(result.exception, SystemExit), result.exception  # no traceback
+        assert "cannot write the report" in result.output and why in result.output
+        assert "choose another --out" in result.output
+
+
+def test_read_only_output_folder_is_refused_before_reading(
+    spark_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes into folders whatever their mode")
+    _no_analysis(monkeypatch)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        result = CliRunner().invoke(
+            report_command,
+            [str(spark_dir / "local-1430917381534"), "--out", str(ro / "r.html"), "--no-progress"],
+        )
+    finally:
+        ro.chmod(0o755)
+    assert result.exit_code == 1 and "Permission denied" in result.output
+
+
+def test_json_counts_are_integers(report_files: tuple[Path, Path, str]) -> None:
+    data = json.loads(report_files[1].read_text())
+    totals = data["totals"]
+    for key in (
+        "files",
+        "runs",
+        "bytes",
+        "read_bytes",
+        "write_bytes",
+        "read_ops",
+        "write_ops",
+        "files_without_io",
+    ):
+        assert isinstance(totals[key], int), key
+    for row in data["density"]["pipeline"]:
+        assert isinstance(row["bytes"], int) and isinstance(row["ops"], int)
+    assert all(isinstance(row["bytes"], int) for row in data["size"]["overall"])
+
+
+def test_cost_model_and_best_heuristic_are_shown(report_files: tuple[Path, Path, str]) -> None:
+    html_path, json_path, _ = report_files
+    s = json.loads(json_path.read_text())["savings"]
+    html = html_path.read_text()
+    # the cost model is a table with units, not a dump of Python values
+    assert "hdd_bytes_per_s=None" not in html and "=18000000000000.0" not in html
+    assert "US dollars per GB-month" in html and "<td>not priced</td>" in html
+    assert "<td>18,000,000,000,000</td>" in html
+    # the headline puts the best heuristic beside learned placement
+    heuristics = ("first-fit", "small-files-first", "stage-history")
+    assert len(s["best_heuristic"]) == len(s["budgets"])
+    i = s["focus_budget_index"]
+    best = s["best_heuristic"][i]
+    assert best["policy"] in heuristics
+    assert best["savings"] == max(s["savings"][h][i] for h in heuristics)
+    text = " ".join(html.split())
+    assert (
+        f"(best heuristic, {best['policy']}: {100 * best['savings']:.1f}%, "
+        f"so {best['lightgbm_ratio']:.2f}x it; oracle" in text
+    )
+
+
+def test_help_says_what_is_read_and_replayed() -> None:
+    result = CliRunner().invoke(report_command, ["--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "JSON-lines logs" not in text  # the service writes Parquet only
+    assert "the Parquet files the placement service writes, or JSON lines" in text
+    assert "at most N rows, whole runs" in text
+    assert "threads|processes|sync|tcp://host:port" in text
+
+
+def test_report_json_keys_are_described(report_files: tuple[Path, Path, str]) -> None:
+    import logs_analysis.report as module
+
+    data = json.loads(report_files[1].read_text())
+    doc = module.__doc__ or ""
+    for key in data:
+        assert f"``{key}``" in doc, key
+    assert "fractions" in doc and "report_version" in doc
+
+
+def test_no_numpy_warning_for_files_without_io(darshan_log: Path) -> None:
+    """Darshan logs have files without I/O: log10 of their density 0 is -inf, on purpose."""
+    import warnings
+
+    from logs_analysis.report import build_report
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = build_report([darshan_log], ReportConfig(progress=False))
+    assert report.data["totals"]["files_without_io"] > 0
+    assert "unavailable" not in report.data["savings"]  # the replay ran
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [
+        str(w.message) for w in caught
+    ]
+
+
+def test_no_progress_bar_off_a_terminal(spark_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """stderr is no terminal here (pytest captures it): the bar is left out."""
+    from logs_analysis.report import build_report
+
+    build_report([spark_dir / "local-1430917381534"], ReportConfig(progress=True))
+    err = capfd.readouterr().err
+    assert "report:" not in err and "stage/s" not in err

@@ -66,3 +66,46 @@ def test_default_prices_need_no_lifetime(table: Any, monkeypatch: pytest.MonkeyP
     pred = log_density(table)
     assert isinstance(savings_curve(table, pred, pred, [0.05]), SavingsResult)
     assert seen == [None]
+
+
+def test_savings_rows_is_a_maximum_of_whole_runs(table: Any) -> None:
+    import pandas as pd
+
+    from logs_analysis.analyses.savings import _subset
+    from placement.features import log_density
+
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(20, 200, 40)
+    df = pd.DataFrame({"run_id": np.repeat([f"r{i}" for i in range(40)], sizes)})
+    for max_rows in (150, 500, 1234, 4000):
+        mask = _subset(df, max_rows, 0)
+        assert max_rows / 2 <= mask.sum() <= max_rows, max_rows
+        kept = df.loc[mask, "run_id"].value_counts()
+        assert (kept == df["run_id"].value_counts()[kept.index]).all()  # whole runs
+    # with few runs, or runs too large to fill half of it, rows are drawn: exactly max_rows
+    assert _subset(df.iloc[: sizes[:3].sum()], 50, 0).sum() == 50
+    big = pd.DataFrame({"run_id": np.repeat([f"r{i}" for i in range(6)], 300)})
+    assert _subset(big, 250, 0).sum() == 250
+    # the replay itself: 12 runs of 30 rows, at most 100 replayed
+    pred = log_density(table)
+    result = savings_curve(table, pred, pred, [0.05], max_rows=100)
+    assert isinstance(result, SavingsResult)
+    assert 50 <= result.rows <= 100
+
+
+def test_best_heuristic_per_budget(table: Any) -> None:
+    from placement.evaluate import HEURISTICS
+    from placement.features import log_density
+
+    pred = log_density(table)
+    result = savings_curve(table, pred, pred, [0.05, 0.2])
+    assert isinstance(result, SavingsResult)
+    best = result.best_heuristic()
+    assert len(best) == 2
+    for i, b in enumerate(best):
+        assert b["policy"] in HEURISTICS
+        assert b["savings"] == max(result.savings[h][i] for h in HEURISTICS)
+        assert b["lightgbm_ratio"] == pytest.approx(result.savings["lightgbm"][i] / b["savings"])
+    from logs_analysis.analyses import savings
+
+    assert savings.HEURISTICS == HEURISTICS  # kept in step with the placement evaluation
