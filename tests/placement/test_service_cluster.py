@@ -631,11 +631,30 @@ def test_serve_stopped_by_sigterm_cleans_up_as_after_ctrl_c(tmp_path: Path) -> N
     assert "Traceback" not in out, out[-3000:]
 
 
-def test_dask_scheduler_and_worker_commands_with_the_preload(tmp_path: Path) -> None:
-    """The real-cluster path: ``dask scheduler --preload placement.dask`` and
-    ``dask worker --preload placement.dask``, configured by environment variables."""
-    from distributed import Client
+def _stop(proc: subprocess.Popen | None, *, group: bool = False) -> None:
+    """Stop a ``dask`` process (its whole process group with ``group``), SIGKILL after 30 s."""
+    if proc is None or proc.poll() is not None:
+        return
+    if group:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
 
+
+@contextlib.contextmanager
+def preload_cluster(
+    tmp_path: Path, env: dict[str, str], **worker_popen: Any
+) -> Iterator[tuple[Path, subprocess.Popen]]:
+    """``dask scheduler`` and one ``dask worker``, both ``--preload placement.dask``, in
+    ``tmp_path`` with the placement directories there and a 16 MiB SSD budget (``env`` adds
+    to or overrides the environment); yields the scheduler file and the worker process.
+    ``worker_popen`` goes to the worker's ``subprocess.Popen``."""
     bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,
@@ -643,44 +662,53 @@ def test_dask_scheduler_and_worker_commands_with_the_preload(tmp_path: Path) -> 
         "DASK_PLACEMENT__HDD_DIR": str(tmp_path / "hdd"),
         "DASK_PLACEMENT__LOG_DIR": str(tmp_path / "logs"),
         "DASK_PLACEMENT__SSD_CAPACITY": "16MiB",
-        "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "0.02",
-        "DASK_DATAFRAME__SHUFFLE__METHOD": "p2p",
+        **env,
     }
     scheduler_file = tmp_path / "scheduler.json"
     common = ["--preload", "placement.dask"]
     scheduler = subprocess.Popen(
         [str(bin_dir / "dask"), "scheduler", "--scheduler-file", str(scheduler_file),
          "--port", "0", "--no-dashboard", *common],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     worker = None
+    group = bool(worker_popen.get("start_new_session"))
     try:
         wait_until(scheduler_file.exists, timeout=60, what="the scheduler to start")
         worker = subprocess.Popen(
             [str(bin_dir / "dask"), "worker", "--scheduler-file", str(scheduler_file),
              "--nthreads", "1", "--memory-limit", MEMORY_LIMIT, "--no-dashboard",
              "--local-directory", str(tmp_path / "dask"), *common],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **worker_popen,
         )  # fmt: skip
-        with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
-            client.wait_for_workers(1, timeout=60)
-            result = run_pipeline(client, PipelineSpec(partitions=6, rows=40_000, n_keys=800))
-            settle(client)
-            (state,) = client.run(worker_service_state).values()
-            ledger = service_state(client)["ledger"]
-        assert result.verified and state["syncs"] > 0 and state["failures"] == 0
-        assert ledger["capacity_bytes"] == 16 * MiB and len(ledger["workers"]) == 1
-        rows = run_rows(tmp_path / "logs", result.run_id)
-        assert set(rows["file_kind"]) >= {"shuffle"} and len(rows) > 0
+        yield scheduler_file, worker
     finally:
-        for proc in (worker, scheduler):
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=30)
+        _stop(worker, group=group)
+        _stop(scheduler)
+
+
+def test_dask_scheduler_and_worker_commands_with_the_preload(tmp_path: Path) -> None:
+    """The real-cluster path: ``dask scheduler --preload placement.dask`` and
+    ``dask worker --preload placement.dask``, configured by environment variables."""
+    from distributed import Client
+
+    env = {
+        "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "0.02",
+        "DASK_DATAFRAME__SHUFFLE__METHOD": "p2p",
+    }
+    with (
+        preload_cluster(tmp_path, env) as (scheduler_file, _),
+        Client(scheduler_file=str(scheduler_file), timeout=60) as client,
+    ):
+        client.wait_for_workers(1, timeout=60)
+        result = run_pipeline(client, PipelineSpec(partitions=6, rows=40_000, n_keys=800))
+        settle(client)
+        (state,) = client.run(worker_service_state).values()
+        ledger = service_state(client)["ledger"]
+    assert result.verified and state["syncs"] > 0 and state["failures"] == 0
+    assert ledger["capacity_bytes"] == 16 * MiB and len(ledger["workers"]) == 1
+    rows = run_rows(tmp_path / "logs", result.run_id)
+    assert set(rows["file_kind"]) >= {"shuffle"} and len(rows) > 0
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -695,37 +723,18 @@ def test_a_dask_worker_stopped_with_its_process_group_logs_every_row(
 
     from tests.placement.worker_tasks import make_rows
 
-    bin_dir = Path(sys.executable).parent
-    env = {
-        **os.environ,
-        "DASK_PLACEMENT__SSD_DIR": str(tmp_path / "ssd"),
-        "DASK_PLACEMENT__HDD_DIR": str(tmp_path / "hdd"),
-        "DASK_PLACEMENT__LOG_DIR": str(tmp_path / "logs"),
-        "DASK_PLACEMENT__SSD_CAPACITY": "16MiB",
-        # the worker runs make_rows, which it imports from this repository's tests
+    env = {  # the worker runs make_rows, which it imports from this repository's tests
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")) if p
         ),
     }
-    scheduler_file = tmp_path / "scheduler.json"
-    common = ["--preload", "placement.dask"]
-    scheduler = subprocess.Popen(
-        [str(bin_dir / "dask"), "scheduler", "--scheduler-file", str(scheduler_file),
-         "--port", "0", "--no-dashboard", *common],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    worker = None
-    try:
-        wait_until(scheduler_file.exists, timeout=60, what="the scheduler to start")
-        worker = subprocess.Popen(
-            [str(bin_dir / "dask"), "worker", "--scheduler-file", str(scheduler_file),
-             "--nthreads", "1", "--memory-limit", MEMORY_LIMIT, "--no-dashboard",
-             "--local-directory", str(tmp_path / "dask"), *common],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group, as a service or a terminal job
-            # a shell that ran pytest in the background leaves SIGINT ignored: restore it
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )  # fmt: skip
+    with preload_cluster(
+        tmp_path,
+        env,
+        start_new_session=True,  # its own process group, as a service or a terminal job
+        # a shell that ran pytest in the background leaves SIGINT ignored: restore it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as (scheduler_file, worker):
         with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
             client.wait_for_workers(1, timeout=60)
             (before,) = client.run(make_rows, 7, 3).values()
@@ -740,16 +749,6 @@ def test_a_dask_worker_stopped_with_its_process_group_logs_every_row(
         while logged() < 10 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert logged() == 10, "7 deleted files and 3 live ones, each logged once"
-    finally:
-        if worker is not None and worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=30)
-        scheduler.terminate()
-        try:
-            scheduler.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            scheduler.kill()
-            scheduler.wait(timeout=30)
 
 
 def test_the_preload_refuses_other_servers() -> None:
