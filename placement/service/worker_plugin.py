@@ -29,7 +29,7 @@ from placement.service.errors import ServiceError
 from placement.service.lease import LeasedChooser
 from placement.service.link import ServiceLink
 from placement.storage.chooser import FixedTier, TierChooser
-from placement.storage.config import LOG_DIR_KEY, check_storage_dirs, config_dir, tier_dirs
+from placement.storage.config import LOG_DIR_KEY, config_dir
 from placement.storage.plugin import PlacementWorkerPlugin
 from placement.storage.spill import TieredSpillBuffer, tiered_spill_buffer
 from placement.storage.worker import PLUGIN_NAME
@@ -84,10 +84,11 @@ def install_tiered_spill(
 class ServiceWorkerPlugin(PlacementWorkerPlugin):
     """Tiered storage on a worker whose tiers the placement service decides.
 
-    Lifecycle: ``setup(worker)`` reads the renewal settings, checks the tier and log
-    directories (:func:`~placement.storage.config.check_storage_dirs`), swaps in a
-    tiered spill buffer when it can (:func:`install_tiered_spill`), attaches the storage
-    (:class:`~placement.storage.WorkerStorage`), installs a :class:`LeasedChooser` as
+    Lifecycle: ``setup(worker)`` reads the renewal settings, swaps in a tiered spill
+    buffer when it can (:func:`install_tiered_spill`), attaches the storage (the tier and
+    log directories are checked where the store is made, before anything is created:
+    :func:`~placement.storage.config.check_storage_dirs`;
+    :class:`~placement.storage.WorkerStorage`), installs a :class:`LeasedChooser` as
     the store's chooser and starts the :class:`ServiceLink` (one renewal is attempted
     at once, without waiting for it); ``teardown(worker)`` stops the link and closes
     the storage. When ``setup`` fails (a bad ``placement.*`` value, a directory it
@@ -150,10 +151,9 @@ class ServiceWorkerPlugin(PlacementWorkerPlugin):
             raise
 
     def _setup(self, worker: Any, installed: list[TieredSpillBuffer]) -> None:
+        # The directories are checked where the store is made, before anything is created:
+        # by install_tiered_spill (tiered_spill_buffer), or else by WorkerStorage.attach.
         link_config = self.link_config or LinkConfig.from_dask_config()
-        if not isinstance(worker.data, TieredSpillBuffer):  # its store checked its own
-            ssd, hdd = tier_dirs(worker.local_directory, self.options.ssd_dir, self.options.hdd_dir)
-            check_storage_dirs(ssd, hdd, self.options.log_dir or config_dir(LOG_DIR_KEY))
         if self.swap_spill:
             before = worker.data
             buffer = install_tiered_spill(
