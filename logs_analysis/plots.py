@@ -249,24 +249,20 @@ def savings_curves(
 ) -> str:
     """Savings against all-HDD (share of TCO) per policy, against the SSD budget, with the
     most any placement could save (dotted) when ``upper_bound`` is given."""
+    from placement.style import UPPER_BOUND, policy_styles
+
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
-    styles: dict[str, dict[str, Any]] = {
-        "oracle": {"ls": "--", "color": "black"},
-        "lightgbm": {"color": "#d62728", "lw": 2.4},
-        "first-fit": {"color": "#1f77b4"},
-        "small-files-first": {"color": "#2ca02c"},
-        "stage-history": {"color": "#ff7f0e"},
-    }
     x = [100 * b for b in budgets]
-    others = iter(_PALETTE[4:])
-    for name, values in savings.items():
-        if name == "all-hdd":
-            continue
-        style = styles.get(name) or {"color": next(others, "#7f7f7f")}
-        ax.plot(x, [100 * v for v in values], marker="o", ms=4, label=_text(name), **style)
+    names = [name for name in savings if name != "all-hdd"]
+    # the styles of `dataplane placement evaluate`'s plot: a policy looks the same in both
+    styles = policy_styles([*names, UPPER_BOUND])
+    for name in names:
+        values = savings[name]
+        ax.plot(x, [100 * v for v in values], ms=4, label=_text(name), **styles[name].kwargs())
     if upper_bound:
-        ax.plot(x, [100 * v for v in upper_bound], ls=":", color="black", label="upper bound (LP)")
+        line = styles[UPPER_BOUND].kwargs()
+        ax.plot(x, [100 * v for v in upper_bound], label="upper bound (LP)", **line)
     ax.set_xscale("log")
     ax.set_xticks(x)
     ax.set_xticklabels([f"{v:g}%" for v in x])
