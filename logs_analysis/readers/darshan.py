@@ -39,6 +39,11 @@ an issue. The child's standard error (the C library's messages, such as "Error: 
 read compressed data from file." or "double free or corruption") goes to a temporary
 file, not to the user's terminal; the first of those messages is quoted in the issue,
 "damaged or truncated Darshan log: ...".
+
+A log cut after its POSIX data (inside a later module, such as STDIO or LUSTRE) parses
+without an error: its POSIX rows are whole and are read, and the cut is counted as
+"damaged Darshan log (POSIX rows kept)". It is found from the log's header, which gives
+each module's region (offset and length, in bytes): the file ends before the last one does.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import dataclasses
 import math
 import multiprocessing
 import os
+import struct
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -169,6 +175,7 @@ def _read(path: str, err_path: str | None = None) -> ChunkResult:
         frames = report.records["POSIX"].to_df()
         names = dict(report.name_records)
         exe = str(report.metadata.get("exe") or "")
+        lengths = {name: int(info["len"]) for name, info in report.modules.items()}
     except DependencyError:
         raise
     except Exception as exc:  # noqa: BLE001 - the darshan parser raises assorted types on a damaged log
@@ -228,7 +235,69 @@ def _read(path: str, err_path: str | None = None) -> ChunkResult:
         f"record {i} rank {r} ({name})"
         for i, r, name in zip(kept_ids, kept_ranks, kept_names, strict=True)
     ]
+    missing = missing_bytes(source, lengths)
+    if missing:
+        issues.add(
+            DAMAGED_KEPT,
+            source,
+            detail=f"{DAMAGED}: the file ends {missing:,} byte(s) before its module data does; "
+            "the POSIX records come first and are whole",
+        )
     return ChunkResult(conform(table), issues, source, labels=labels)
+
+
+#: Reason of a log cut after its POSIX data: its rows are read, the cut is counted.
+DAMAGED_KEPT = "damaged Darshan log (POSIX rows kept)"
+#: ``DARSHAN_MAGIC_NR``, the header's int64 at byte 8 (either byte order).
+_MAGIC = 6567223
+#: Byte offsets in the header: the name map, then the module maps; each map is an
+#: (offset, length) pair of uint64 (darshan-log-format.h, format 3.x).
+_NAME_MAP_AT, _MOD_MAPS_AT, _MAX_MODS = 24, 40, 64
+
+
+def missing_bytes(path: str, lengths: dict[str, int]) -> int:
+    """How many bytes of module data lie past the end of the log at ``path`` (0 if none).
+
+    Parameters
+    ----------
+    path : str
+        A Darshan log.
+    lengths : dict of str to int
+        Each module's region length in bytes, as the parser reports it
+        (``DarshanReport.modules[name]["len"]``).
+
+    Returns
+    -------
+    int
+        ``0`` when the log is whole, or when its header cannot be matched to ``lengths``
+        (only a sure cut is reported). Parsed by hand with :mod:`struct`: the parser
+        exposes each region's length but not its offset.
+    """
+    head_size = _MOD_MAPS_AT + 16 * _MAX_MODS
+    try:
+        with open(path, "rb") as f:
+            head = f.read(head_size)
+            size = os.fstat(f.fileno()).st_size
+    except OSError:
+        return 0
+    if len(head) < _MOD_MAPS_AT:
+        return 0
+    for order in "<>":
+        if struct.unpack_from(order + "q", head, 8)[0] == _MAGIC:
+            break
+    else:
+        return 0
+    wanted = sorted(n for n in lengths.values() if n > 0)
+    maps = [
+        struct.unpack_from(order + "QQ", head, at) for at in range(_MOD_MAPS_AT, len(head) - 15, 16)
+    ]
+    # the module maps are the first len(wanted) non-empty pairs, in module order
+    regions = [(off, n) for off, n in maps if n > 0][: len(wanted)]
+    if sorted(n for _, n in regions) != wanted:
+        return 0
+    name_off, name_len = struct.unpack_from(order + "QQ", head, _NAME_MAP_AT)
+    end = max([name_off + name_len] + [off + n for off, n in regions])
+    return max(0, end - size)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 from logs_analysis.errors import DependencyError
 from logs_analysis.formats import Container, LogFormat, discover, sniff
 from logs_analysis.readers import read_table
-from logs_analysis.readers.darshan import read_darshan
+from logs_analysis.readers.darshan import DAMAGED_KEPT, read_darshan
 
 
 def test_posix_counters_become_rows(darshan_log: Path) -> None:
@@ -60,6 +60,20 @@ def test_truncated_log_is_an_issue(darshan_log: Path, tmp_path: Path) -> None:
     result = read_darshan(torn)
     assert result.table.num_rows == 0
     assert list(result.issues.counts) == ["unreadable Darshan log (skipped)"]
+
+
+def test_log_cut_after_its_posix_data_keeps_rows_and_counts_the_cut(
+    darshan_log: Path, tmp_path: Path
+) -> None:
+    # dxt.darshan's last region is DXT tracing data, after POSIX: a cut there leaves every
+    # POSIX record whole, and the parser says nothing
+    whole = read_darshan(darshan_log)
+    cut = tmp_path / "cut.darshan"
+    cut.write_bytes(darshan_log.read_bytes()[:-5])
+    result = read_darshan(cut)
+    assert result.table.num_rows == whole.table.num_rows == 214
+    assert result.issues.counts == {DAMAGED_KEPT: 1}
+    assert "ends 5 byte(s) before its module data" in result.issues.examples[0].detail
 
 
 def test_without_darshan_the_error_says_how_to_install(
