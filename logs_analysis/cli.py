@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from placement.cost import DEFAULT_BUDGETS, budgets_from_percents, budgets_to_percents
+from placement.cost import DEFAULT_BUDGETS, CostModel, budgets_from_percents, budgets_to_percents
+from placement.cost_option import price_option
 from placement.openmp import prefer_passive_wait
 
 __all__ = ["parse_budgets", "parse_scheduler", "report_command"]
@@ -111,6 +112,7 @@ def parse_scheduler(ctx: click.Context, param: click.Parameter, value: str) -> s
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of samples and models.")
 @click.option("--title", default=None, help="Report title.")
+@price_option
 @click.option(
     "--progress/--no-progress",
     default=True,
@@ -128,6 +130,7 @@ def report_command(
     top: int,
     seed: int,
     title: str | None,
+    cost_model: CostModel,
     progress: bool,
 ) -> None:
     """Analyse intermediate-data I/O logs and write a self-contained HTML report.
@@ -154,6 +157,7 @@ def report_command(
             seed=seed,
             title=title,
             progress=progress,
+            cost_model=cost_model,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc

@@ -94,7 +94,7 @@ from logs_analysis.formats import LogFormat, discover, resolved_path
 from logs_analysis.histogram import LOG_HI, LOG_LO
 from logs_analysis.issues import SKIPPED_INPUT_REASONS
 from logs_analysis.readers import plan
-from placement.cost import focus_budget_index
+from placement.cost import CostModel, focus_budget_index
 
 __all__ = [
     "COST_MODEL_FIELDS",
@@ -148,6 +148,8 @@ class ReportConfig:
         Show a tqdm progress bar over the stages, when stderr is a terminal.
     title : str or None
         Report title (default from the inputs).
+    cost_model : placement.cost.CostModel
+        Prices of the savings curve (default: public list prices, :mod:`placement.cost`).
     """
 
     format: LogFormat | str = LogFormat.AUTO
@@ -161,6 +163,7 @@ class ReportConfig:
     seed: int = 0
     progress: bool = True
     title: str | None = None
+    cost_model: CostModel = dataclasses.field(default_factory=CostModel)
 
     def __post_init__(self) -> None:
         try:
@@ -179,6 +182,8 @@ class ReportConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive int")
+        if not isinstance(self.cost_model, CostModel):
+            raise ValueError(f"cost_model={self.cost_model!r} must be a placement.cost.CostModel")
         AggregateConfig(sample_rows=self.sample_rows, scheduler=self.scheduler)
         PredictabilityConfig(folds=self.folds, n_estimators=self.n_estimators)
 
@@ -329,7 +334,10 @@ class Report:
             skipped_input=lambda reason: reason in SKIPPED_INPUT_REASONS,
         )
         return env.get_template("report.html.j2").render(
-            r=_clean(self.data), fig=self.figures, cost_fields=COST_MODEL_FIELDS
+            r=_clean(self.data),
+            fig=self.figures,
+            cost_fields=COST_MODEL_FIELDS,
+            cost_defaults=CostModel().to_dict(),
         )
 
     def write(self, html_path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -565,6 +573,7 @@ def build_report(
                     config.budgets,
                     max_rows=config.savings_rows,
                     seed=config.seed,
+                    cost_model=config.cost_model,
                 )
         else:
             sav = Unavailable(

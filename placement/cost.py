@@ -81,8 +81,9 @@ All costs are in US dollars; sizes in bytes; times in seconds.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,9 @@ __all__ = [
     "budgets_from_percents",
     "budgets_to_percents",
     "focus_budget_index",
+    "prices_changed",
+    "prices_text",
+    "with_prices",
 ]
 
 #: Seconds in an average month (365.25 days / 12).
@@ -371,3 +375,75 @@ class CostModel:
     def to_dict(self) -> dict[str, float]:
         """Parameters as a JSON-ready mapping."""
         return dataclasses.asdict(self)
+
+
+def with_prices(items: Iterable[str], base: CostModel | None = None) -> CostModel:
+    """``base`` (default :class:`CostModel()`) with some prices changed, given as
+    ``"name=value"`` items, as command lines take them.
+
+    Parameters
+    ----------
+    items : iterable of str
+        ``"ssd_usd_per_gb_month=0.10"``: a :class:`CostModel` field (dashes may stand
+        for underscores) and a number in its unit; ``hdd_bytes_per_s=none`` leaves
+        transfer time out. A later item for the same field wins.
+    base : CostModel or None
+        The prices the items change.
+
+    Returns
+    -------
+    CostModel
+
+    Raises
+    ------
+    PlacementConfigError
+        (A :class:`ValueError`.) If an item is not ``name=value``, names no field (the
+        closest names are suggested), or its value is not a number the field accepts.
+    """
+    fields = [f.name for f in dataclasses.fields(CostModel)]
+    changes: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or not name:
+            raise PlacementConfigError(
+                f"price {item!r} is not NAME=VALUE; e.g. ssd_usd_per_gb_month=0.10"
+            )
+        if name not in fields:
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise PlacementConfigError(
+                f"price {name!r} is not a cost-model field; {hint}the fields are "
+                + ", ".join(fields)
+            )
+        text = text.strip()
+        if name == "hdd_bytes_per_s" and text.lower() in {"none", ""}:
+            changes[name] = None
+            continue
+        try:
+            changes[name] = float(text)
+        except ValueError:
+            raise PlacementConfigError(
+                f"price {name}={text!r} is not a number; give it in the unit of the field "
+                "(US dollars, bytes, seconds; see placement.cost.CostModel)"
+            ) from None
+    return dataclasses.replace(base or CostModel(), **changes)
+
+
+def prices_changed(model: CostModel) -> dict[str, float | None]:
+    """The fields of ``model`` that differ from the defaults, in field order."""
+    default = CostModel()
+    return {
+        f.name: getattr(model, f.name)
+        for f in dataclasses.fields(model)
+        if getattr(model, f.name) != getattr(default, f.name)
+    }
+
+
+def prices_text(model: CostModel) -> str:
+    """One line naming the prices used: ``"prices: defaults ..."`` or the changed fields."""
+    changed = prices_changed(model)
+    if not changed:
+        return "prices: defaults (list prices, placement.cost)"
+    items = [f"{k}={'none' if v is None else f'{v:g}'}" for k, v in changed.items()]
+    return "prices: " + ", ".join(items) + "; the rest defaults"

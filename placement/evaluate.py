@@ -72,6 +72,7 @@ from placement.cost import (
     CostModel,
     budgets_to_percents,
     focus_budget_index,
+    prices_text,
 )
 from placement.errors import PlacementConfigError
 from placement.features import (
@@ -358,6 +359,8 @@ class EvaluationResult:
             + ("runs as logged" if overlap is None else f"runs replayed {overlap:g} at a time")
             + "):"
         )
+        if "cost_model" in config:
+            lines.append(prices_text(CostModel(**config["cost_model"])))
         lines.append(self.table())
         if "lightgbm-per-workload" in self.savings:
             own = self.rows["per_pipeline_models"]
@@ -604,7 +607,10 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     ok = np.isfinite(a) & np.isfinite(b)
     if ok.sum() < 3:
         return math.nan
-    return float(spearmanr(a[ok], b[ok]).statistic)
+    a, b = a[ok], b[ok]
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return math.nan  # undefined for a constant input (and scipy would warn about it)
+    return float(spearmanr(a, b).statistic)
 
 
 def evaluate(

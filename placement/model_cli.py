@@ -30,10 +30,13 @@ import click
 
 from placement.cost import (
     DEFAULT_BUDGETS,
+    CostModel,
     budget_share,
     budgets_from_percents,
     budgets_to_percents,
+    prices_text,
 )
+from placement.cost_option import price_option
 from placement.errors import ModelError, PlacementConfigError, PlacementError
 from placement.jsonout import dumps, overlap_json, utc_timestamp
 from placement.text import text_table
@@ -352,6 +355,7 @@ def _budgets(value: str) -> tuple[float, ...]:
 @_combine_option
 @_bound_option("at each budget")
 @_overlap_option
+@price_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def evaluate_command(
@@ -365,6 +369,7 @@ def evaluate_command(
     measure: bool,
     bound: bool,
     overlap: float | None,
+    cost_model: CostModel,
     as_json: bool,
     no_progress: bool,
 ) -> None:
@@ -384,6 +389,7 @@ def evaluate_command(
             combine=Combine(combine),
             upper_bound=bound,
             overlap=overlap,
+            cost_model=cost_model,
         )
     except PlacementError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -570,6 +576,7 @@ POLICY_CHOICES = (
     type=click.Path(file_okay=False, path_type=Path),
     help=f"Also write {SIMULATE_STEM}.json and .txt (what is printed) to this directory.",
 )
+@price_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def simulate_command(
@@ -580,6 +587,7 @@ def simulate_command(
     bound: bool,
     overlap: float | None,
     out_dir: Path | None,
+    cost_model: CostModel,
     as_json: bool,
     no_progress: bool,
 ) -> None:
@@ -590,7 +598,6 @@ def simulate_command(
     import numpy as np
 
     from placement.bound import savings_upper_bound
-    from placement.cost import CostModel
     from placement.evaluate import (
         UPPER_BOUND,
         output_paths,
@@ -627,16 +634,14 @@ def simulate_command(
     trace = Trace.from_clean(df, known_size=estimated_sizes(df, history))
     peak = peak_live_bytes(trace)
     cap = parse_budget(budget, peak)
-    cost = CostModel()
+    cost = cost_model
     features = build_features(df, history)
     # the policies exactly as evaluate builds them (options, break-even test), by name
     nothing = np.full(len(trace), np.nan)
     roster = policy_roster(
         trace,
         cost,
-        stage_history=(
-            stage_history_prediction(features) if "stage-history" in names else nothing
-        ),
+        stage_history=(stage_history_prediction(features) if "stage-history" in names else nothing),
         lightgbm=(
             models.predict(features, df["pipeline"].astype(str).to_numpy())
             if models is not None
@@ -659,6 +664,7 @@ def simulate_command(
         "budget": budget_text(budget),
         "ssd_capacity_bytes": cap,
         "overlap": overlap_json(overlap),
+        "cost_model": cost.to_dict(),
         "results": results,
     }
     if notes:
@@ -675,6 +681,7 @@ def simulate_command(
         _input_text(report),
         f"SSD budget {cap:,} bytes ({payload['budget']}{of_peak} peak live bytes {peak:,}"
         f"{replayed})",
+        prices_text(cost),
     ]
     rows = [
         [

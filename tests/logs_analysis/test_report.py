@@ -137,6 +137,27 @@ def test_bad_options(tmp_path: Path, spark_dir: Path) -> None:
         ReportConfig(format="csv")
 
 
+def test_prices_reach_the_savings_and_are_shown_beside_the_defaults(
+    mixed_inputs: list[Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "dear.html"
+    result = CliRunner().invoke(
+        report_command,
+        [*map(str, mixed_inputs), "--out", str(out), "--budgets", "5", "--no-progress",
+         "--price", "ssd_usd_per_gb_month=1e9"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    savings = json.loads(out.with_suffix(".json").read_text())["savings"]
+    assert savings["cost_model"]["ssd_usd_per_gb_month"] == 1e9
+    # at a billion dollars per GB-month no file is worth an SSD, not even to the oracle
+    assert savings["savings"]["oracle"] == [0.0] and savings["upper_bound"] == [0.0]
+    html = " ".join(out.read_text().split())
+    assert "<td>1,000,000,000 (default 0.08)</td>" in html
+    assert "(default 0.045)" not in html  # only changed prices name their default
+    result = CliRunner().invoke(report_command, [str(tmp_path), "--price", "ssd=1"])
+    assert result.exit_code == 2 and "is not a cost-model field" in result.output
+
+
 def test_unwritable_output_is_a_clear_error(spark_dir: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

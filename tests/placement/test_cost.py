@@ -12,6 +12,9 @@ from placement.cost import (
     budget_share,
     budgets_from_percents,
     focus_budget_index,
+    prices_changed,
+    prices_text,
+    with_prices,
 )
 from placement.errors import PlacementConfigError, PlacementError
 
@@ -159,3 +162,36 @@ def test_budget_share_reads_a_percent_with_or_without_its_sign() -> None:
         budget_share("101", hint="fix it")
     with pytest.raises(PlacementError, match="'2GiB' is not a number"):
         budget_share("2GiB")
+
+
+def test_with_prices_changes_the_named_fields_only() -> None:
+    model = with_prices(["ssd-usd-per-gb-month=0.10", "hdd_iops_per_drive = 200"])
+    assert model.ssd_usd_per_gb_month == 0.10 and model.hdd_iops_per_drive == 200
+    assert model.hdd_usd_per_gb_month == CostModel().hdd_usd_per_gb_month
+    assert prices_changed(model) == {"ssd_usd_per_gb_month": 0.10, "hdd_iops_per_drive": 200}
+    assert prices_text(model) == (
+        "prices: ssd_usd_per_gb_month=0.1, hdd_iops_per_drive=200; the rest defaults"
+    )
+    assert prices_changed(with_prices([])) == {}
+    assert prices_text(CostModel()).startswith("prices: defaults")
+    # a later item for the same field wins; transfer time can be priced and unpriced
+    assert with_prices(["hdd_drive_usd=1", "hdd_drive_usd=2"]).hdd_drive_usd == 2
+    priced = with_prices(["hdd_bytes_per_s=270e6"])
+    assert priced.hdd_bytes_per_s == 270e6
+    assert with_prices(["hdd_bytes_per_s=none"], priced).hdd_bytes_per_s is None
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("ssd_usd_per_gb_month", "is not NAME=VALUE"),
+        ("=1", "is not NAME=VALUE"),
+        ("ssd_usd_per_gb=0.1", "did you mean ssd_usd_per_gb_month?"),
+        ("hdd_iops_per_drive=many", "is not a number"),
+        ("hdd_iops_per_drive=0", "must be > 0"),
+        ("ssd_usd_per_gb_month=inf", "must be a finite number"),
+    ],
+)
+def test_with_prices_refuses_bad_items_naming_them(item: str, message: str) -> None:
+    with pytest.raises(PlacementConfigError, match=message):
+        with_prices([item])
