@@ -12,7 +12,10 @@ closing one of two handles would release the fcntl locks of both). So each
 process keeps one :class:`SharedEnv` per cache directory, by real path, in
 :data:`_REGISTRY`: :func:`acquire` opens it on first use (:func:`_open_env`:
 read-write, else read-only when an existing cache's directory is not writable)
-and counts its users; :func:`release` closes it when the last one lets go. It
+and counts its users; :func:`release` closes it when the last one lets go. Its
+map is sized by the configuration that opened it first: a later store of the
+directory in the process with a larger ``max_bytes`` writes within the first one's
+(:attr:`SharedEnv.max_bytes`) until the environment is opened anew. It
 holds the handles of the cache's two named databases, ``records`` and ``meta``
 (their layout: :mod:`cache.store`).
 
@@ -88,6 +91,15 @@ def map_headroom(max_bytes: int) -> int:
 
 @dataclasses.dataclass
 class SharedEnv:
+    """One process's LMDB environment of a cache directory and its users.
+
+    ``max_bytes`` is the size bound its map was made for: that of the
+    :class:`~cache.config.CacheConfig` that opened it first in this process
+    (``None`` when it was opened without one, for inspection, and the map is the
+    file's own). Every store of the directory in this process writes within it,
+    whatever its own ``max_bytes`` (see :attr:`cache.store.CacheStore.max_bytes`).
+    """
+
     env: lmdb.Environment
     records: Any
     meta: Any
@@ -95,6 +107,7 @@ class SharedEnv:
     readonly: bool
     psize: int = 4096
     users: int = 0
+    max_bytes: int | None = None
 
 
 _REGISTRY: dict[str, SharedEnv] = {}
@@ -212,7 +225,15 @@ def _open_env(
             env.reader_check()
         except lmdb.Error:  # pragma: no cover - best effort
             pass
-    return SharedEnv(env, records, meta, os.getpid(), readonly, int(env.stat()["psize"]))
+    return SharedEnv(
+        env,
+        records,
+        meta,
+        os.getpid(),
+        readonly,
+        int(env.stat()["psize"]),
+        max_bytes=config.max_bytes if config is not None else None,
+    )
 
 
 def acquire(path: Path, config: CacheConfig | None, *, create: bool) -> SharedEnv:

@@ -19,8 +19,11 @@ The fresh path (decode + augment) hands each produced batch to
 
 A store that stopped admitting (``FULL``, ``FAILED``, ``READ_ONLY``, ``STALE``) makes
 ``submit`` return ``False`` at once without copying anything. A write failure
-(disk full, I/O error) is logged once as a warning and kept in
-:attr:`CacheFiller.error`; it never propagates into the training loop.
+(disk full, I/O error) is kept in :attr:`CacheFiller.error` and logged at DEBUG
+only; it never propagates into the training loop. Whoever drives the filler
+reports it once: the loader as a ``CacheWarning`` at the user's loop, ``dataplane
+cache build`` in its output (a WARNING record beside them would be printed a second
+time where logging is not set up).
 
 Copies: ``submit`` encodes the batch's records (header, payload, checksum) at
 once, into a record buffer the writer hands back after its commit, and queues
@@ -116,7 +119,8 @@ def _writer_loop(filler_ref: weakref.ReferenceType[CacheFiller], q: queue.Queue[
                 filler._write(work)
             except BaseException as exc:  # never leave queued work without task_done
                 filler.error = CacheError(f"the cache writer failed: {exc!r}")
-                logger.exception("cache filling stopped: the writer failed")
+                # DEBUG, with the traceback: the error is reported where it is read.
+                logger.debug("cache filling stopped: the writer failed", exc_info=True)
         del filler
         for _ in batch:
             q.task_done()
@@ -168,7 +172,8 @@ class CacheFiller:
         ):
             raise CacheError(f"queue_batches must be a positive int, not {self.queue_batches!r}")
         self.stats = FillStats()
-        #: The write failure that stopped filling, if any.
+        #: The write failure that stopped filling, if any (logged at DEBUG only: the
+        #: caller reports it, see the module docs).
         self.error: CacheError | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -235,7 +240,7 @@ class CacheFiller:
         except CacheError as exc:
             self._give_buffer(buffer)
             self.error = exc
-            logger.warning("cache filling stopped: %s", exc)
+            logger.debug("cache filling stopped: %s", exc)  # reported from self.error
             return False
         if q is None:  # INLINE
             return self._write([item])
@@ -336,7 +341,7 @@ class CacheFiller:
             written = self.store.put_encoded(batches)
         except CacheError as exc:
             self.error = exc
-            logger.warning("cache filling stopped: %s", exc)
+            logger.debug("cache filling stopped: %s", exc)  # reported from self.error
             return False
         finally:
             for batch in batches:

@@ -18,7 +18,9 @@ of processes (DDP ranks, workers) may open the same cache.
 
 * In one process all :class:`CacheStore` objects of a directory share one LMDB
   environment (LMDB forbids opening an environment twice in a process; see
-  :mod:`cache.env`).
+  :mod:`cache.env`). Its map is sized by the first of them to open it, so a store
+  opened meanwhile with a larger ``max_bytes`` writes within the first one's
+  (:attr:`CacheStore.max_bytes` is the bound in force).
 * After ``fork`` the child opens its own environment on first use (LMDB
   environments must not be used across ``fork``; why, and what becomes of the
   inherited handle: :mod:`cache.env`). Per-process state (locks, pending drops,
@@ -241,7 +243,8 @@ class CacheInfo:
         Bytes of the pages holding records and metadata (what ``max_bytes``
         bounds); ``data.mdb`` also holds free pages, reused by the next fill.
     max_bytes : int
-        The size bound, in bytes (see the module docs, *Size*).
+        The size bound in force, in bytes (see the module docs, *Size*, and
+        :attr:`CacheStore.max_bytes`).
     record_bytes : int
         Bytes one record occupies in LMDB (payload, header, checksum, page
         overhead).
@@ -463,6 +466,7 @@ class CacheStore:
         self._existing_only = False
         #: Set when opening rewrote the metadata's number of variants (None otherwise).
         self.variants_change: VariantsChange | None = None
+        self._stored_variants = config.variants  # the metadata's, once opened
         self._open()
         self._find_full()
 
@@ -489,6 +493,7 @@ class CacheStore:
         self._rebuild = False
         self._existing_only = True
         self.variants_change = None
+        self._stored_variants = 1  # the metadata's, set by _open
         self._open()
         assert self._meta is not None  # set by _open
         self.identity = self._meta.identity
@@ -536,6 +541,7 @@ class CacheStore:
         self._rebuild = False
         self._existing_only = state["existing_only"]
         self.variants_change = None
+        self._stored_variants = self.config.variants  # the metadata's, once opened
 
     # -- opening ----------------------------------------------------------------------
     def _env(self) -> SharedEnv:
@@ -575,6 +581,7 @@ class CacheStore:
         shared = acquire(path, None if self._existing_only else self.config, create=create)
         try:
             self._meta = self._load_meta(shared)
+            self._stored_variants = self._meta.variants
         except BaseException:
             release(path, shared)
             raise
@@ -692,6 +699,30 @@ class CacheStore:
         assert self._meta is not None
         return self._meta
 
+    def stored_variants(self) -> int:
+        """Variants the cache's metadata keeps now (one read of the metadata).
+
+        This store's ``variants`` once it has opened the cache (it writes them there),
+        unless another store, of this process or another, opened the cache since with
+        other ``variants`` and rewrote the metadata. With fewer, the records of variants
+        ``stored_variants() .. variants - 1`` are outside the metadata: this store still
+        serves and fills them, but stores with that many variants never serve them,
+        :meth:`info` counts them unused and :func:`cache.verify` with ``repair=True``
+        deletes them.
+
+        Raises
+        ------
+        CacheError
+            If LMDB fails to read.
+        """
+        try:
+            with self._read(self._env().meta) as txn:
+                if self._state is not StoreState.STALE:
+                    self._meta_current(txn)
+        except lmdb.Error as exc:
+            raise CacheError(f"reading the cache at {self.path} failed: {exc}") from exc
+        return self._stored_variants
+
     @property
     def sample_shape(self) -> tuple[int, ...]:
         """Shape of one sample, ``(C, H, W)``."""
@@ -733,8 +764,9 @@ class CacheStore:
             and mine is not None
             and stored.identity == mine.identity
             and stored.created == mine.created
-        ):  # rewritten by another process (its variants or max_bytes), not rebuilt
+        ):  # rewritten by another store (its variants or max_bytes), not rebuilt
             self._meta_raw = raw
+            self._stored_variants = stored.variants
             return True
         self._become_stale()
         return False
@@ -1057,7 +1089,7 @@ class CacheStore:
             logger.info(
                 "cache %s reached max_bytes=%d; it stops admitting and keeps serving",
                 self.path,
-                self.config.max_bytes,
+                self._max_bytes(shared),
             )
         return written
 
@@ -1172,7 +1204,9 @@ class CacheStore:
                     sorted(items, key=operator.itemgetter(0)), overwrite=False
                 )
                 if written and self._used_bytes(txn, shared) > self._data_limit(shared):
-                    raise _OverMaxBytes(f"the write would exceed max_bytes={self.config.max_bytes}")
+                    raise _OverMaxBytes(
+                        f"the write would exceed max_bytes={self._max_bytes(shared)}"
+                    )
             room = self._has_room(txn, shared)
         if dropped:
             settle(shared)
@@ -1188,8 +1222,25 @@ class CacheStore:
         return pages * shared.psize
 
     def _data_limit(self, shared: SharedEnv) -> int:
-        """What records and metadata may fill: ``max_bytes`` less the bookkeeping pages."""
-        return self.config.max_bytes - BOOKKEEPING_PAGES * shared.psize
+        """What records and metadata may fill: :attr:`max_bytes` less the bookkeeping pages."""
+        return self._max_bytes(shared) - BOOKKEEPING_PAGES * shared.psize
+
+    def _max_bytes(self, shared: SharedEnv) -> int:
+        bound = self.config.max_bytes
+        return bound if shared.max_bytes is None else min(bound, shared.max_bytes)
+
+    @property
+    def max_bytes(self) -> int:
+        """The size bound in force for this store's writes, in bytes.
+
+        ``config.max_bytes``, or less when the cache's LMDB environment, shared by
+        every store of the directory in this process, was opened with a smaller
+        ``max_bytes`` (by another store, e.g. another loader's, still open): its map
+        is sized once, by its first opener (see :mod:`cache.env`). Writes stop there,
+        as the first store's do; the larger bound applies to a store opened after
+        every store of the directory in this process has been closed.
+        """
+        return self._max_bytes(self._env())
 
     def _next_record_bytes(self, txn: lmdb.Transaction, shared: SharedEnv) -> int:
         """The most bytes one more record may add to :meth:`_used_bytes` (see
@@ -1421,7 +1472,7 @@ class CacheStore:
             records=sum(counts.values()),
             file_bytes=int(file_bytes),
             used_bytes=used,
-            max_bytes=int(self.config.max_bytes),
+            max_bytes=int(self._max_bytes(shared)),
             record_bytes=int(record_bytes),
             map_bytes=int(env_info["map_size"]),
             bookkeeping_bytes=BOOKKEEPING_PAGES * psize,

@@ -8,7 +8,6 @@ of the cache (:class:`cache.CacheError`) exit with status 1 and their message.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,21 +15,10 @@ import click
 
 from cache import CacheConfig, CacheError, CacheStore, FillMode, UnreadableMetaError, verify
 from cache.store import reset_cache
-from dataplane.loader_cli import command_line_warnings, loader_options
+from dataplane.loader_cli import cache_options, command_line_warnings, loader_options
 
 if TYPE_CHECKING:
     from dataplane.loader import Loader
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-
-
-def parse_bytes(text: str) -> int:
-    """``"8G"``, ``"512MiB"``, ``"1048576"`` -> bytes (binary multiples)."""
-    match = _SIZE.match(text)
-    if not match:
-        raise click.BadParameter(f"{text!r} is not a size; write e.g. 8G, 512M or 1048576")
-    value, unit = match.groups()
-    return int(float(value) * (1 << (10 * " kmgt".index(unit.lower() or " "))))
 
 
 def _human(n: float) -> str:
@@ -216,8 +204,7 @@ def clear_command(path: Path, yes: bool, as_json: bool) -> None:
 @click.argument("data", type=click.Path(exists=True, path_type=Path))
 @click.argument("path", type=click.Path(path_type=Path))
 @loader_options
-@click.option("--variants", type=click.IntRange(min=1, max=65535), default=4, show_default=True)
-@click.option("--max-bytes", default="8G", show_default=True, help="Size bound, e.g. 8G, 512M.")
+@cache_options
 @click.option("--rebuild", is_flag=True, help="Clear a stale or existing cache first.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -233,7 +220,7 @@ def build_command(
     threads: int | None,
     on_corrupt: str,
     variants: int,
-    max_bytes: str,
+    max_bytes: int,
     rebuild: bool,
     as_json: bool,
     progress: bool,
@@ -273,7 +260,7 @@ def build_command(
         config = CacheConfig(
             path,
             variants=variants,
-            max_bytes=parse_bytes(max_bytes),
+            max_bytes=max_bytes,
             rebuild=rebuild,
             fill=FillMode.INLINE,
         )

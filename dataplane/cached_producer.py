@@ -57,10 +57,16 @@ On failure
 * Fewer ``variants`` than the cache was built with: the records of the other
   variants are kept, unused (a :class:`~dataplane.errors.CacheWarning` at
   construction says how many, and that ``dataplane cache verify --repair``
-  deletes them); ``dataplane cache info`` counts them apart.
+  deletes them); ``dataplane cache info`` counts them apart. A loader whose cache
+  another loader (or process) opened since with fewer variants goes on serving and
+  filling its own; the first pass that fills a variant outside the cache's metadata
+  warns once, naming both counts.
 * ``max_bytes`` reached: the cache stops admitting (``lmdb.MapFullError`` never
   escapes the store), serves what it holds; the rest is produced fresh every
-  epoch. One ``CacheWarning`` per loader.
+  epoch. One ``CacheWarning`` per loader, naming the bound in force: with two
+  loaders of one cache in a process, the ``max_bytes`` of the first to open it
+  when it is the smaller (the process maps the cache once; see
+  :attr:`cache.CacheStore.max_bytes`).
 * Disk full or I/O error while filling: filling stops (the filler logs it),
   serving goes on, one ``CacheWarning`` per loader.
 * A read of the cache fails, or another process rebuilds or clears the cache
@@ -373,14 +379,49 @@ class LoaderCache:
                 "cached are produced fresh",
             )
         if store.state.value == "full":
-            self.warn(
-                "full",
-                f"the cache at {store.path} reached max_bytes={self.config.max_bytes} bytes and "
-                f"stops admitting; it serves the samples it holds and the rest are produced "
-                f"fresh every epoch (this pass: {stats.hits} hits, {stats.misses} misses). "
-                "Raise max_bytes to cache every variant (the records it holds are kept)",
-            )
+            self.warn("full", self._full_message(store, stats))
+        if stats.filled and "variants-outside" not in self._warned:
+            try:
+                stored = store.stored_variants()
+            except CacheError:  # an unreadable cache is warned about where it is read
+                stored = self.variants
+            if stats.variant >= stored:
+                self.warn("variants-outside", self._outside_message(store, stats, stored))
         self.issue_warnings()
+
+    def _outside_message(self, store: CacheStore, stats: CacheStats, stored: int) -> str:
+        """This loader fills variants beyond those the cache's metadata keeps (``stored``,
+        set since by another loader or process with fewer variants)."""
+        mine = self.variants
+        span = f"variant {stored}" if stored == mine - 1 else f"variants {stored}..{mine - 1}"
+        return (
+            f"the cache at {store.path} keeps variants={stored} since another loader (or "
+            f"process) opened it with variants={stored}, and this loader has variants={mine}: "
+            f"the records it fills for {span} ({stats.filled} of variant {stats.variant} this "
+            f"pass) are outside the cache's metadata. This loader serves them, but a loader "
+            f"with variants={stored} never does, `dataplane cache info` counts them unused and "
+            f"`dataplane cache verify --repair {store.path}` deletes them. Give every Loader of "
+            f"this cache the same variants (variants={mine} keeps them in use)"
+        )
+
+    def _full_message(self, store: CacheStore, stats: CacheStats) -> str:
+        """Why the cache stopped admitting: the bound in force, and how to raise it."""
+        bound = store.max_bytes
+        head = (
+            f"the cache at {store.path} reached max_bytes={bound} bytes and stops admitting; "
+            f"it serves the samples it holds and the rest are produced fresh every epoch "
+            f"(this pass: {stats.hits} hits, {stats.misses} misses). "
+        )
+        if bound >= self.config.max_bytes:
+            return head + "Raise max_bytes to cache every variant (the records it holds are kept)"
+        return head + (
+            f"That bound is not this loader's max_bytes={self.config.max_bytes}: in this "
+            f"process another loader (or cache store) opened the cache first, with "
+            f"max_bytes={bound}, and a process maps a cache once, at the size its first "
+            "opener asked for, until all its users have closed it. Give every Loader of this "
+            "cache the same max_bytes, or close the others (Loader.close()) before building "
+            "this one (the records it holds are kept)"
+        )
 
     def producer_factory(self, fresh: ProducerFactory, stats: CacheStats) -> ProducerFactory:
         """A factory of cache-backed producers for one pass, counting into ``stats``."""

@@ -21,7 +21,7 @@ import xxhash
 
 from cache import CacheConfig
 from dataplane.config import LoaderConfig, is_integral
-from dataplane.errors import ConfigError, DatasetError
+from dataplane.errors import SKIP_HINT, ConfigError, DatasetError
 from dataplane.iterator import Cursor, LoaderIterator
 from dataplane.plan import EpochPlan, LastBatchPolicy
 from dataplane.producer import BatchRequest, OnCorrupt, ProducerContext, ProducerFactory
@@ -38,13 +38,27 @@ logger = logging.getLogger(__name__)
 STATE_VERSION = 1
 
 
-def _as_source(data: Any) -> Source:
+def _as_source(data: Any, on_corrupt: OnCorrupt) -> Source:
     if isinstance(data, str | os.PathLike):
         return open_source(data)
     if isinstance(data, Source):
         return data
     if isinstance(data, Sequence) and not isinstance(data, str | bytes):
-        return FileListSource(data)
+        listed = FileListSource(data, check_files=False)
+        missing = listed.missing()
+        if missing and on_corrupt is OnCorrupt.RAISE:
+            raise DatasetError(
+                f"{len(missing)} file(s) of the file list do not exist, e.g. {missing[0]}; "
+                f"fix the paths or remove those entries, or {SKIP_HINT}"
+            )
+        if missing:  # read as unreadable samples: skipped, counted and warned at epoch end
+            logger.info(
+                "%d file(s) of the file list do not exist, e.g. %s; on_corrupt='skip' skips "
+                "them",
+                len(missing),
+                missing[0],
+            )
+        return listed
     raise ConfigError(
         f"data must be a dataset path, a dataplane.sources.Source or a list of (path, label), "
         f"not {type(data).__name__}"
@@ -113,7 +127,9 @@ class Loader:
         repeated up to the batch size if fewer remain; in a pass served through
         the cache they are not, and the batch holds only those found. If no
         valid sample is left to stand in, iterating raises ``DataError`` naming
-        the skipped files.
+        the skipped files. A file of a list (``data`` as ``(path, label)`` pairs)
+        that does not exist is refused at construction with "raise" and, with
+        "skip", read as an unreadable sample: skipped and counted alike.
     producer : callable, optional
         Advanced: a :data:`~dataplane.producer.ProducerFactory` replacing the
         default DALI producer (with ``cache=``, it produces the cache misses).
@@ -206,7 +222,8 @@ class Loader:
     ConfigError
         For an option of the wrong type or value (the message names the fix).
     DatasetError
-        For a missing or empty dataset or labels out of range.
+        For a missing or empty dataset, labels out of range, or a file list naming a
+        missing file (unless ``on_corrupt="skip"``).
     StaleCacheError
         The cache was built for another recipe, dataset or sample shape; the
         message says what changed and how to rebuild (``rebuild=True``).
@@ -300,7 +317,7 @@ class Loader:
         for name, value in (("size", size), ("channels", channels)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ConfigError(f"{name} must be an int or None, not {value!r}")
-        self.source: Source = _as_source(data)
+        self.source: Source = _as_source(data, self.config.on_corrupt)
         n = len(self.source)
         if n == 0:
             raise DatasetError(

@@ -5,6 +5,11 @@
   ``--size``, ``--channels``, ``--batch-size``, ``--seed``, ``--device``,
   ``--threads``, ``--on-corrupt``), so that their help, ranges and defaults cannot
   drift apart.
+* :func:`cache_options`: the cache's ``--variants`` and ``--max-bytes`` (its
+  ``CacheConfig``), shared by ``dataplane cache build`` and ``dataplane iterate
+  --cache``.
+* :func:`shard_options`: ``--rank`` and ``--world-size`` (the Loader's ``rank`` and
+  ``world_size``), checked together by :func:`check_shard`.
 * :func:`command_line_warnings`: the loader's warnings printed once each as
   ``Warning: message``, in the commands' words (:func:`~dataplane.errors.cli_message`),
   without the Python file and source line.
@@ -13,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO, TypeVar
@@ -25,9 +31,13 @@ from dataplane.plan import MAX_SEED
 
 __all__ = [
     "HiddenAliasOption",
+    "cache_options",
+    "check_shard",
     "command_line_warnings",
     "loader_options",
     "on_corrupt_option",
+    "parse_bytes",
+    "shard_options",
 ]
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
@@ -128,6 +138,90 @@ def loader_options(command: _Command) -> _Command:
     for option in reversed(options):  # listed in --help in this order
         command = option(command)
     return command
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text: str) -> int:
+    """``"8G"``, ``"512MiB"``, ``"1048576"`` -> bytes (binary multiples)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a size; write e.g. 8G, 512M or 1048576")
+    value, unit = match.groups()
+    return int(float(value) * (1 << (10 * " kmgt".index(unit.lower() or " "))))
+
+
+def _bytes(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    return parse_bytes(value)
+
+
+def cache_options(command: _Command) -> _Command:
+    """The cache's options shared by ``dataplane cache build`` and ``dataplane iterate
+    --cache``: ``variants`` (int) and ``max_bytes`` (int, in bytes; written ``8G``,
+    ``512M``, ...), the :class:`cache.CacheConfig` fields of the same name."""
+    options = (
+        click.option(
+            "--variants",
+            type=click.IntRange(min=1, max=65535),
+            default=4,
+            show_default=True,
+            help="Augmented variants kept per sample; epoch e serves variant e % variants.",
+        ),
+        click.option(
+            "--max-bytes",
+            default="8G",
+            show_default=True,
+            metavar="SIZE",
+            callback=_bytes,
+            help="Size bound of the cache, e.g. 8G, 512M.",
+        ),
+    )
+    for option in reversed(options):  # listed in --help in this order
+        command = option(command)
+    return command
+
+
+def shard_options(command: _Command) -> _Command:
+    """``--rank`` and ``--world-size``: the Loader's ``rank`` and ``world_size`` (int or
+    None, both or neither; check them with :func:`check_shard`)."""
+    options = (
+        click.option(
+            "--rank",
+            type=click.IntRange(min=0),
+            default=None,
+            help="This process's shard, 0 .. world-size - 1, as a rank of distributed "
+            "training iterates it (with --world-size) [default: one shard, every sample].",
+        ),
+        click.option(
+            "--world-size",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Number of shards (distributed processes); give --rank too.",
+        ),
+    )
+    for option in reversed(options):  # listed in --help in this order
+        command = option(command)
+    return command
+
+
+def check_shard(rank: int | None, world_size: int | None) -> None:
+    """Refuse ``--rank`` without ``--world-size`` (or the reverse) and a rank out of range,
+    in the command line's words.
+
+    Raises
+    ------
+    click.UsageError
+        Naming both options and the fix.
+    """
+    if (rank is None) != (world_size is None):
+        raise click.UsageError(
+            "give both --rank and --world-size (or neither, for one shard of every sample)"
+        )
+    if rank is not None and world_size is not None and rank >= world_size:
+        raise click.UsageError(
+            f"--rank {rank} must be below --world-size {world_size} (ranks count from 0)"
+        )
 
 
 @contextlib.contextmanager

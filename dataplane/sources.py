@@ -149,12 +149,18 @@ def files_identity(
     -------
     tuple of (str, FilesSummary)
         The fingerprint (32 hex digits) and the files' count, total size and
-        newest modification time.
+        newest modification time. A missing file (a file list read with
+        ``on_corrupt="skip"``) is hashed as missing by its path and left out of
+        the totals.
     """
     h = xxhash.xxh3_128()
     count = total = newest = 0
     for path in paths:
-        st = os.stat(path)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:  # hashed as missing: its coming back changes the hash
+            h.update(f"{os.fspath(path)}\0missing\n".encode())
+            continue
         h.update(f"{os.fspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         count += 1
         total += st.st_size
@@ -459,12 +465,16 @@ class FileListSource(_FileBacked):
         Number of classes; labels must be below it. Default: largest label + 1.
     check_files : bool
         Check at construction that every file exists (one ``stat`` per file).
+        With False a missing file fails when it is read, as an unreadable
+        sample: a :class:`~dataplane.Loader` with ``on_corrupt="skip"`` skips and
+        counts it (the Loader builds its own file list that way when given a list
+        and ``on_corrupt="skip"``).
 
     Raises
     ------
     DatasetError
-        If the list is empty, a file is missing, or a label is negative or
-        ``>= num_classes``.
+        If the list is empty, a file is missing (with ``check_files``), or a label
+        is negative or ``>= num_classes``.
     """
 
     def __init__(
@@ -495,12 +505,17 @@ class FileListSource(_FileBacked):
         self._paths = [p for p, _ in pairs]
         self._labels = labels
         if check_files:
-            missing = [p for p in self._paths if not p.is_file()]
+            missing = self.missing()
             if missing:
                 raise DatasetError(
                     f"{len(missing)} file(s) of the file list do not exist, e.g. {missing[0]}; "
-                    "fix the paths or remove those entries"
+                    "fix the paths or remove those entries (or pass check_files=False and "
+                    "give the Loader on_corrupt='skip' to skip and count them)"
                 )
+
+    def missing(self) -> list[Path]:
+        """The listed paths that are not files (missing), in list order (one ``stat`` each)."""
+        return [p for p in self._paths if not p.is_file()]
 
     def __repr__(self) -> str:
         return f"FileListSource({len(self)} images, {self.num_classes} classes)"

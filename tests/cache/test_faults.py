@@ -56,11 +56,13 @@ def test_disk_full_in_the_background_filler_never_reaches_training(
     monkeypatch.setattr(cache.env, "_commit", _enospc)
     filler = CacheFiller(store)
     idx = np.arange(8)
-    with caplog.at_level(logging.WARNING, logger="cache.fill"):
+    with caplog.at_level(logging.DEBUG, logger="cache.fill"):
         assert filler.submit(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
         filler.flush()
     assert isinstance(filler.error, CacheError)
     assert "cache filling stopped" in caplog.text and "No space left" in caplog.text
+    # Reported once, from filler.error (the loader's CacheWarning), not as a WARNING too.
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if r.name == "cache.fill")
     assert filler.submit(idx, 0, helpers.images(idx, 0), helpers.labels(idx)) is False
     filler.close()
     assert store.count() == 0
@@ -77,7 +79,7 @@ def test_a_failing_writer_thread_never_hangs_flush_or_close(
     monkeypatch.setattr(cache.env, "_commit", broken)
     filler = CacheFiller(store, queue_batches=1)
     idx = np.arange(8)
-    with caplog.at_level(logging.ERROR, logger="cache.fill"):
+    with caplog.at_level(logging.DEBUG, logger="cache.fill"):
         for _ in range(5):
             filler.submit(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
         assert filler.flush(timeout=30)
@@ -85,7 +87,8 @@ def test_a_failing_writer_thread_never_hangs_flush_or_close(
     assert "RuntimeError('unexpected')" in str(filler.error)
     assert not filler.admitting
     filler.close()  # returns: the thread is still draining its queue
-    assert "the writer failed" in caplog.text
+    assert "the writer failed" in caplog.text and "RuntimeError: unexpected" in caplog.text
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if r.name == "cache.fill")
 
 
 _FSIZE_CHILD = """

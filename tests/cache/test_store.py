@@ -220,6 +220,33 @@ def test_a_full_cache_is_full_for_every_writer_and_for_info(
     assert single.state is StoreState.FULL and index > 0
 
 
+def test_stores_of_one_process_write_within_the_max_bytes_of_the_first_to_open(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    """A process maps a cache once, sized by its first opener: a store opened meanwhile
+    with a larger max_bytes stops where the first would, and says which bound is in force;
+    opened anew, its own bound applies."""
+    shape = (3, 64, 64)  # 12 KiB records
+    ident = helpers.identity(shape=shape, num_samples=4096)
+    path = tmp_path / "c"
+    first = open_store(ident, variants=1, max_bytes=1 << 20, path=path)
+    second = open_store(ident, variants=1, max_bytes=64 << 20, path=path)
+    assert (first.max_bytes, second.max_bytes) == (1 << 20, 1 << 20)
+    written = helpers.fill_until_full(second, 16)
+    assert second.state is StoreState.FULL and 0 < written < 100
+    info = second.info()
+    assert info.full and info.max_bytes == 1 << 20
+    assert info.used_bytes <= info.max_bytes - info.bookkeeping_bytes
+    first.close()
+    second.close()
+    alone = open_store(ident, variants=1, max_bytes=64 << 20, path=path)  # mapped anew
+    assert alone.max_bytes == 64 << 20 and alone.admitting
+    idx = np.arange(written, written + 16)
+    assert alone.put_batch(idx, 0, helpers.images(idx, 0, shape), helpers.labels(idx)) == 16
+    smaller = open_store(ident, variants=1, max_bytes=2 << 20, path=path)
+    assert smaller.max_bytes == 2 << 20, "a smaller bound of a later store is its own"
+
+
 def test_map_full_never_escapes_the_background_filler(open_store: Opener) -> None:
     shape = (3, 64, 64)
     store = open_store(helpers.identity(shape=shape), max_bytes=1 << 20, fill_queue=64)

@@ -87,3 +87,16 @@ def test_fewer_variants_keep_the_records_and_report_them_unused(
     result = runner.invoke(cache_group, ["info", str(path)])
     assert "unused" not in result.output and "records      64 / 512" in result.output
 
+
+
+def test_a_store_sees_the_variants_another_store_wrote_since(open_store: Opener) -> None:
+    first = open_store(variants=4)
+    assert first.stored_variants() == 4
+    second = open_store(variants=2)  # rewrites the metadata: variants=2
+    assert (first.stored_variants(), second.stored_variants()) == (2, 2)
+    idx = np.arange(8)
+    first.put_batch(idx, 3, helpers.images(idx, 3), helpers.labels(idx))  # still its own
+    assert helpers.check_batch(first, idx, 3) == 8
+    assert second.info().unused == {3: 8}, "outside the metadata"
+    open_store(variants=4)
+    assert first.stored_variants() == second.stored_variants() == 4

@@ -295,6 +295,31 @@ def test_cache_full_warning_points_at_the_users_loop_and_is_not_logged_again(
     loader.close()
 
 
+def test_cache_full_warning_names_the_bound_in_force_of_two_loaders(
+    train_dir: Path, tmp_path: Path
+) -> None:
+    """Two loaders of one cache in a process share its LMDB map, sized by the first: the
+    second one's warning names that bound, not its own larger one, and the fix."""
+    path = tmp_path / "c"
+    options = {"recipe": random_recipe(64, 3), "variants": 1, "batch_size": 32}
+    first = cached_loader(train_dir, path, max_bytes=1 << 20, **options)
+    second = cached_loader(train_dir, path, max_bytes=64 << 20, **options)
+    with pytest.warns(CacheWarning, match="reached max_bytes") as caught:
+        for _ in second:
+            pass
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    assert f"reached max_bytes={1 << 20} bytes" in message
+    assert f"not this loader's max_bytes={64 << 20}" in message
+    assert "another loader (or cache store) opened the cache first" in message
+    assert "Give every Loader of this cache the same max_bytes" in message
+    assert "Raise max_bytes" not in message, "raising this loader's bound changes nothing"
+    info = second.cache_store.info()
+    assert info.full and info.max_bytes == 1 << 20
+    assert info.used_bytes <= info.max_bytes
+    first.close()
+    second.close()
+
+
 def _line_of(text: str) -> int:
     """Line number in this file of the first line containing ``text``."""
     lines = Path(__file__).read_text().splitlines()
@@ -496,6 +521,25 @@ def test_disk_full_while_filling_warns_and_serves_fresh(
     loader.close()
 
 
+def test_disk_full_warning_is_not_logged_again(
+    train_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loader = cached_loader(train_dir, tmp_path / "c", variants=1)
+    monkeypatch.setattr(cache.env, "_commit", enospc_commit)
+    with (
+        caplog.at_level(logging.WARNING),
+        pytest.warns(CacheWarning, match="No space left on device") as caught,
+    ):
+        for _ in loader:
+            pass
+    assert len([w for w in caught if issubclass(w.category, CacheWarning)]) == 1
+    assert not [r for r in caplog.records if "No space left" in r.getMessage()], (
+        "printed once: as the warning, not also as a WARNING log record"
+    )
+    loader.close()
+
+
 def test_unusable_cache_path_warns_and_serves_fresh(train_dir: Path, tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
@@ -647,6 +691,36 @@ def test_fewer_variants_say_the_cache_changed_and_keep_its_records(
             train_dir, batch_size=64, recipe="train", device="cpu",
             cache=CacheConfig(path, variants=2, max_bytes=64 << 20),
         ).close()
+
+
+def test_filling_variants_another_loader_dropped_warns_once_naming_both_counts(
+    train_dir: Path, tmp_path: Path
+) -> None:
+    """A second loader with fewer variants, built while the cache is still empty, has
+    nothing to say; the first one's later fills of the dropped variants fall outside the
+    cache's metadata, and that loader says so once."""
+    path = tmp_path / "c"
+    first = cached_loader(train_dir, path, variants=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        second = cached_loader(train_dir, path, variants=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for epoch in range(4):
+            assert len(epoch_keys(first, epoch)) == SMALL
+    messages = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    assert len(messages) == 1, messages
+    (message,) = messages
+    assert (
+        f"the cache at {path} keeps variants=2 since another loader (or process) opened it "
+        f"with variants=2, and this loader has variants=4: the records it fills for variants "
+        f"2..3 ({SMALL} of variant 2 this pass) are outside the cache's metadata"
+    ) in message
+    assert f"`dataplane cache verify --repair {path}` deletes them" in message
+    assert "Give every Loader of this cache the same variants (variants=4" in message
+    assert second.cache_store.info().unused == {2: SMALL, 3: SMALL}
+    first.close()
+    second.close()
 
 
 def test_cli_build_stops_with_status_1_when_a_write_fails(

@@ -234,6 +234,8 @@ def test_iterate_and_cache_build_spell_the_loaders_options_alike() -> None:
     for records in (iterate, build):  # the old spelling works but is not listed
         assert all("--num-threads" not in spec for spec, _ in records.values())
     assert {"--last-batch", "--normalize"} <= set(iterate)
+    for option in ("--variants", "--max-bytes"):  # the cache's, from one definition too
+        assert iterate[option] == build[option], option
 
 
 def test_cache_build_refuses_a_seed_of_2_to_the_48_before_starting(tmp_path: Path) -> None:
@@ -256,6 +258,68 @@ def test_iterate_takes_channels_threads_last_batch_and_no_normalize(fmnist_small
         assert result.exit_code == 0, result.output
         assert "recipe train 3x28x28, 1 DALI threads" in result.output
         assert "epoch 0: 4 batches, 256 images" in result.output  # 300 // 64 full batches
+
+
+def _epoch_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("epoch")]
+
+
+def test_iterate_limit_stops_each_epoch_after_n_batches(fmnist_small: Path) -> None:
+    runner = CliRunner()
+    common = ["iterate", str(fmnist_small / "train"), "--epochs", "2", "--device", "cpu",
+              "--batch-size", "64", "--threads", "1"]
+    result = runner.invoke(main, [*common, "--limit", "2"])
+    assert result.exit_code == 0, result.output
+    lines = _epoch_lines(result.output)
+    assert len(lines) == 2
+    assert all(line.startswith(f"epoch {e}: 2 batches (--limit 2 of 5), 128 images in ")
+               for e, line in enumerate(lines)), lines
+    whole = runner.invoke(main, [*common, "--limit", "5"])  # as many as the epoch has
+    assert whole.exit_code == 0, whole.output
+    assert all(", 300 images in " in line and "--limit" not in line
+               for line in _epoch_lines(whole.output))
+    refused = runner.invoke(main, [*common, "--limit", "0"])
+    assert refused.exit_code == 2 and "'--limit'" in refused.output
+
+
+def test_iterate_serves_through_the_cache(fmnist_small: Path, tmp_path: Path) -> None:
+    from cache import CacheStore
+
+    path = tmp_path / "c"
+    result = CliRunner().invoke(
+        main,
+        ["iterate", str(fmnist_small / "train"), "--epochs", "2", "--device", "cpu",
+         "--batch-size", "100", "--threads", "1", "--cache", str(path), "--variants", "1",
+         "--max-bytes", "16M"],
+    )
+    assert result.exit_code == 0, result.output
+    assert f"cache='{path}'" in result.output
+    first, second = _epoch_lines(result.output)
+    assert first.endswith(f"; cache variant 0: 0 hits, {SMALL} misses, {SMALL} filled")
+    assert second.endswith(f"; cache variant 0: {SMALL} hits, 0 misses, 0 filled")
+    with CacheStore.open_existing(path) as store:
+        assert store.count() == SMALL and store.variants == 1
+        assert store.info().max_bytes == 16 << 20
+
+
+def test_iterate_takes_one_shard_as_a_rank_would(fmnist_small: Path) -> None:
+    runner = CliRunner()
+    common = ["iterate", str(fmnist_small / "train"), "--epochs", "1", "--device", "cpu",
+              "--batch-size", "50", "--threads", "1"]
+    result = runner.invoke(main, [*common, "--rank", "1", "--world-size", "2"])
+    assert result.exit_code == 0, result.output
+    assert "shard=1/2, batches=3" in result.output
+    assert _epoch_lines(result.output) and ", 150 images in " in _epoch_lines(result.output)[0]
+    for args, message in (
+        (["--rank", "1"], "give both --rank and --world-size"),
+        (["--world-size", "2"], "give both --rank and --world-size"),
+        (["--rank", "2", "--world-size", "2"], "--rank 2 must be below --world-size 2"),
+        (["--variants", "2"], "--variants applies to the cache: add --cache PATH"),
+        (["--max-bytes", "1G"], "--max-bytes applies to the cache: add --cache PATH"),
+    ):
+        refused = runner.invoke(main, [*common, *args])
+        assert refused.exit_code == 2, refused.output
+        assert message in refused.output, refused.output
 
 
 def test_iterate_names_the_device_option_when_cuda_is_missing(

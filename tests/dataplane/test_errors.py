@@ -165,6 +165,61 @@ def test_unreadable_file_is_a_data_error_or_skipped(writable_copy: Path) -> None
     assert len(skipping.source) == SMALL - 1
 
 
+def _list_with_a_missing_file(folder: Path, missing: Path) -> list[tuple[str, int]]:
+    """40 (path, label) pairs of ``folder``, with ``missing`` (no such file) at index 7."""
+    source = ImageFolderSource(folder)
+    items = [(source.describe(i), source.label(i)) for i in range(40)]
+    items.insert(7, (str(missing), 0))
+    return items
+
+
+def test_a_missing_file_of_a_list_is_refused_or_skipped_and_counted(
+    fmnist_small: Path, tmp_path: Path
+) -> None:
+    items = _list_with_a_missing_file(fmnist_small / "train", tmp_path / "gone.png")
+    with pytest.raises(
+        DatasetError,
+        match=r"1 file\(s\) of the file list do not exist, e.g. .*gone.png; fix the paths or "
+        r"remove those entries, or pass on_corrupt='skip'",
+    ):
+        Loader(items, batch_size=16, device="cpu")
+    loader = Loader(items, batch_size=16, device="cpu", num_threads=1, on_corrupt="skip")
+    with pytest.warns(
+        CorruptSampleWarning,
+        match=r"skipped 1 corrupt or unreadable sample\(s\) in epoch 0: 7 \(.*gone.png\)",
+    ):
+        total = sum(len(x) for x, _ in loader)
+    assert total == 40
+    stats = loader.last_epoch_stats
+    assert stats is not None and [s.index for s in stats.skipped] == [7]
+    assert stats.skipped[0].reason.startswith("unreadable")
+    assert stats.batches == len(loader) == 3, "batch count unchanged"
+
+
+def test_a_missing_file_of_a_list_is_skipped_through_the_cache(
+    fmnist_small: Path, tmp_path: Path
+) -> None:
+    from dataplane import CacheConfig
+
+    items = _list_with_a_missing_file(fmnist_small / "train", tmp_path / "gone.png")
+    loader = Loader(
+        items,
+        batch_size=16,
+        device="cpu",
+        num_threads=1,
+        on_corrupt="skip",
+        cache=CacheConfig(tmp_path / "cache", variants=1),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorruptSampleWarning)
+        for _ in range(2):  # fill, then serve
+            assert sum(len(x) for x, _ in loader) == 40
+            stats = loader.last_epoch_stats
+            assert stats is not None and [s.index for s in stats.skipped] == [7]
+    assert loader.cache_stats is not None and loader.cache_stats.hits == 40
+    loader.close()
+
+
 def test_reading_never_writes_to_the_dataset(writable_copy: Path) -> None:
     truncate(Path(ImageFolderSource(writable_copy).describe(3)))
     before = tree_digest(writable_copy)
