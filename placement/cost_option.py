@@ -47,6 +47,6 @@ def price_option(func: F) -> F:
         "ssd_usd_per_gb_month, hdd_usd_per_gb_month (US dollars per GB-month), "
         "hdd_iops_per_drive (operations per second), hdd_drive_usd (US dollars), "
         "hdd_amortization_months, hdd_drive_capacity_bytes (bytes), ssd_usd_per_tb_written "
-        "(US dollars; 0: wear not priced), hdd_bytes_per_s (bytes per second; none: transfer "
-        'not priced). Default: public list prices (README, "Prices").',
+        "(US dollars per TB written; 0: wear not priced), hdd_bytes_per_s (bytes per "
+        'second; none: transfer not priced). Default: public list prices (README, "Prices").',
     )(func)
