@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from logs_analysis.errors import InputError
 from logs_analysis.formats import Container, LogFormat, Source, discover
-from logs_analysis.issues import ReadIssues
+from logs_analysis.issues import ReadIssue, ReadIssues
 from logs_analysis.readers.base import Chunk, ChunkResult
 
 __all__ = ["Chunk", "ChunkResult", "plan", "read_table"]
@@ -116,12 +116,21 @@ def _decoded(table: pa.Table) -> pa.Table:
 
 
 def no_rows_message(paths: Sequence[str | os.PathLike[str]], issues: ReadIssues) -> str:
-    """The error text for inputs that yielded no usable row."""
+    """The error text for inputs that yielded no usable row: the counts by reason, then the
+    first example of each reason (its file, place and detail: a column's name and type, the
+    line that did not parse), so the error says what to fix without the report."""
     why = (
         "; ".join(f"{n} x {reason}" for reason, n in issues.counts.items())
         or "they hold no intermediate-data records"
     )
+    first: dict[str, ReadIssue] = {}
+    for example in issues.examples:
+        first.setdefault(example.reason, example)
+    examples = ""
+    for e in first.values():
+        where = f"{e.source} {e.location}" if e.location else e.source
+        examples += f"\n  {e.reason}: {where}" + (f": {e.detail}" if e.detail else "")
     return (
         f"no usable log rows in {', '.join(map(str, paths))} ({why}); give placement logs, Spark "
-        "event logs with shuffle writes or spills, or Darshan logs with POSIX records"
+        f"event logs with shuffle writes or spills, or Darshan logs with POSIX records{examples}"
     )

@@ -163,6 +163,26 @@ def test_parquet_without_optional_dictionary_columns(tmp_path: Path) -> None:
     assert got["worker"].to_pylist() == ["w"] * 10
 
 
+def test_no_usable_rows_error_shows_the_first_issue_of_each_reason(tmp_path: Path) -> None:
+    """With nothing usable there is no report to look in: the error itself names the column."""
+    rows = [_native_row(i) for i in range(10)]
+    table = pa.table({c: [r[c] for r in rows] for c in REQUIRED_COLUMNS})
+    typed = table.set_column(
+        table.schema.get_field_index("size_bytes"),
+        "size_bytes",
+        pa.array(["abc"] + [str(r["size_bytes"]) for r in rows[1:]]),
+    )
+    pq.write_table(typed, tmp_path / "typed.parquet")
+    pq.write_table(table.drop(["stage"]), tmp_path / "no-stage.parquet")
+    res = _report([str(tmp_path / "typed.parquet"), "--out", str(tmp_path / "a.html")])
+    assert res.exit_code == 1, res.output
+    message = " ".join(res.output.split())
+    assert "log column 'size_bytes' has type string" in message
+    assert f"{tmp_path / 'typed.parquet'} rows 0-9" in message
+    res = _report([str(tmp_path / "no-stage.parquet"), "--out", str(tmp_path / "b.html")])
+    assert res.exit_code == 1 and "lacks ['stage']" in res.output
+
+
 def test_jsonl_integer_out_of_its_column_range_is_counted(tmp_path: Path) -> None:
     rows = [_native_row(i) for i in range(5)]
     rows.append(_native_row(5, size_bytes=10**20))  # beyond int64
