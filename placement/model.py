@@ -108,6 +108,11 @@ PRIOR_FEATURE = "h_prior_ld"
 MODEL_FILE = "model.txt"
 META_FILE = "model.json"
 SET_FILE = "models.json"
+#: How to fix a model set that cannot be read.
+_RETRAIN = (
+    "write the directory again with `dataplane placement train LOGS --out DIR` "
+    "(or give another model directory)"
+)
 #: Sidecar key of the SHA-256 (hex) of ``model.txt`` (sidecars written before it have none).
 MODEL_HASH_KEY = "model_sha256"
 #: Subdirectory of a model-set directory holding one directory per save (:meth:`ModelSet.save`).
@@ -912,10 +917,13 @@ class ModelSet:
         try:
             meta = json.loads(index_file.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ModelError(f"model index {index_file} is unreadable or not JSON ({exc})") from exc
+            raise ModelError(
+                f"model index {index_file} is unreadable or not JSON ({exc}); {_RETRAIN}"
+            ) from exc
         if not isinstance(meta, dict) or meta.get("format") != MODEL_SET_FORMAT:
             raise ModelError(
-                f"{index_file} is not a placement model set (format {MODEL_SET_FORMAT!r} expected)"
+                f"{index_file} is not a placement model set (format {MODEL_SET_FORMAT!r} "
+                f"expected); {_RETRAIN}"
             )
         if not isinstance(meta.get("model_version"), int) or meta["model_version"] > MODEL_VERSION:
             raise ModelError(

@@ -263,6 +263,11 @@ def test_model_sets_saved_before_combine_keep_using_own_models(
     index.write_text(json.dumps(meta))
     with pytest.raises(ModelError, match="combine='median'.*upgrade"):
         ModelSet.load(tmp_path / "set")
+    # an index that is damaged or of another kind: the error says how to get a good one
+    for text in ("{not json", json.dumps({"format": "something-else"})):
+        index.write_text(text)
+        with pytest.raises(ModelError, match=r"models\.json.*dataplane placement train"):
+            ModelSet.load(tmp_path / "set")
 
 
 def test_min_rows_decides_which_pipelines_get_their_own_model(log: pd.DataFrame) -> None:
