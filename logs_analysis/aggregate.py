@@ -576,13 +576,12 @@ def aggregate(
         return _compute(folded, config)
 
     partial = run(list(enumerate(chunks)), True)
-    duplicates = duplicate_rows(
-        [partial.keys.get(i, np.zeros(0, np.uint64)) for i in range(len(chunks))],
-        [c.source for c in chunks],
-    )
+    keys = [partial.keys.pop(i, np.zeros(0, np.uint64)) for i in range(len(chunks))]
+    duplicates = duplicate_rows(keys, [c.source for c in chunks])
+    del keys  # 8 bytes a row: freed before any second pass
     if duplicates:  # read again, each chunk dropping its rows read before
+        del partial
         partial = run([(i, c, duplicates.get(i)) for i, c in enumerate(chunks)], False)
-    partial.keys = {}
     all_issues.merge(partial.issues)
     # block-relative line numbers -> file line numbers
     before: dict[tuple[str, int], int] = {}
