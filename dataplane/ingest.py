@@ -23,8 +23,9 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 import numpy as np
@@ -35,9 +36,12 @@ from dataplane.sources import INGEST_MANIFEST
 
 #: Debian's location of the Fashion-MNIST IDX files (package ``dataset-fashion-mnist``).
 DEFAULT_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+#: Environment variable naming another folder of those files (``--source-dir``'s default).
+FMNIST_DIR_ENV = "DATAPLANE_FMNIST_DIR"
 MANIFEST = INGEST_MANIFEST
 SPLITS = {"train": "train", "test": "t10k"}
 _PARQUET_ROWS_PER_GROUP = 4096
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +71,7 @@ def _fmnist_files(source_dir: Path, prefix: str) -> tuple[Path, Path]:
         raise DatasetError(
             f"Fashion-MNIST IDX file(s) not found: {', '.join(map(str, missing))}. "
             "Install them with `apt-get install dataset-fashion-mnist` (Debian/Ubuntu), "
-            "or pass --source-dir (or set DATAPLANE_FMNIST_DIR) to the folder holding "
+            f"or pass --source-dir (or set {FMNIST_DIR_ENV}) to the folder holding "
             f"{images.name} and {labels.name}"
         )
     return images, labels
@@ -250,6 +254,24 @@ def ingest_fmnist(
     return IngestResult(out=out, counts=counts, skipped=False)
 
 
+def source_dir_option(more_help: str = "") -> Callable[[_Command], _Command]:
+    """``--source-dir`` (env ``DATAPLANE_FMNIST_DIR``): the folder of the Fashion-MNIST
+    IDX files, as a ``Path``; ``more_help`` is appended to its help.
+
+    Taken by ``dataplane ingest`` and by the commands that ingest Fashion-MNIST
+    themselves (``dataplane train`` and ``dataplane doctor`` with ``--data fmnist``),
+    so that the "IDX file(s) not found" message holds for each of them.
+    """
+    return click.option(
+        "--source-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar=FMNIST_DIR_ENV,
+        default=DEFAULT_FMNIST_DIR,
+        show_default=True,
+        help=f"Folder of the Fashion-MNIST IDX files (env {FMNIST_DIR_ENV})." + more_help,
+    )
+
+
 @click.command("ingest")
 @click.argument("dataset", type=click.Choice(["fmnist"]))
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
@@ -274,14 +296,7 @@ def ingest_fmnist(
     default=None,
     help="Keep only the first N images of each split.",
 )
-@click.option(
-    "--source-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="DATAPLANE_FMNIST_DIR",
-    default=DEFAULT_FMNIST_DIR,
-    show_default=True,
-    help="Folder of the IDX files (env DATAPLANE_FMNIST_DIR).",
-)
+@source_dir_option()
 @click.option("--overwrite", is_flag=True, help="Replace OUT/train and OUT/test if present.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def ingest_command(

@@ -8,7 +8,8 @@ Implementations
 ---------------
 :class:`ImageFolderSource`
     One sub-folder per class; classes are the sorted sub-folder names (label 0 is
-    the first), like torchvision's ``ImageFolder``.
+    the first), like torchvision's ``ImageFolder``. A class folder without images
+    stays a class, with an :class:`EmptyClassWarning` naming it.
 :class:`FileListSource`
     An explicit list of ``(path, label)``.
 :class:`ParquetSource`
@@ -38,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import xxhash
 
-from dataplane.errors import ConfigError, DatasetError, DatasetRootError
+from dataplane.errors import ConfigError, DatasetError, DatasetRootError, warn_user
 
 #: File extensions treated as images by :class:`ImageFolderSource` (lower case).
 IMAGE_EXTENSIONS = frozenset(
@@ -51,6 +52,16 @@ SPLIT_NAMES = frozenset({"train", "val", "validation", "test"})
 
 #: The manifest ``dataplane ingest`` writes at the root of the dataset it writes.
 INGEST_MANIFEST = "ingest.json"
+
+
+class EmptyClassWarning(UserWarning):
+    """Class folders of an :class:`ImageFolderSource` hold no images.
+
+    They stay classes (labels and ``num_classes`` count them), as with torchvision's
+    ``ImageFolder(allow_empty=True)``, so that a split missing some classes (e.g. a
+    ``dataplane ingest --limit N`` one) keeps the labels of the others; the warning
+    names the folders.
+    """
 
 
 @runtime_checkable
@@ -240,6 +251,64 @@ def _check_labels(labels: np.ndarray, num_classes: int | None, where: str) -> in
     return num_classes if num_classes is not None else high + 1
 
 
+def warn_empty_classes(
+    root: Path,
+    classes: Sequence[str],
+    labels: Iterable[int],
+    *,
+    extensions: Iterable[str] = IMAGE_EXTENSIONS,
+) -> None:
+    """Issue an :class:`EmptyClassWarning` naming the class folders without images.
+
+    Parameters
+    ----------
+    root : Path
+        The image folder.
+    classes : sequence of str
+        Its class folder names, in label order.
+    labels : iterable of int
+        The label of each image found.
+    extensions : iterable of str
+        The file extensions looked for (named in the warning).
+    """
+    present = set(labels)
+    empty = [(i, name) for i, name in enumerate(classes) if i not in present]
+    if not empty:
+        return
+    shown = ", ".join(f"{name} (label {i})" for i, name in empty[:5])
+    shown += f" and {len(empty) - 5} more" if len(empty) > 5 else ""
+    what = (
+        f"class folder {shown} of {root} holds no images; it stays a class"
+        if len(empty) == 1
+        else f"{len(empty)} of the {len(classes)} class folders of {root} hold no images: "
+        f"{shown}; each stays a class"
+    )
+    warn_user(
+        f"{what} without samples (its label is kept, so the labels of the other classes do "
+        "not move). Remove a folder that is not a class, or add its images (looked for "
+        f"{', '.join(sorted(extensions))})",
+        EmptyClassWarning,
+    )
+
+
+def _not_integer_labels(labels: np.ndarray, column: str, where: Path) -> str:
+    """Why the labels of Parquet column ``column`` cannot be used, and how to fix them."""
+    found = f"found {labels.dtype}"
+    first = labels[0] if labels.size else None
+    if isinstance(first, (str, bytes)):
+        found = f"found names such as {first!r}"
+        fix = (
+            "map each class name to its index 0..K-1 (e.g. its position in the sorted list "
+            "of names) and write the column as int64; the names can be kept, in that order, "
+            "as a JSON list under the schema metadata key 'class_names'"
+        )
+    elif np.issubdtype(labels.dtype, np.floating):
+        fix = "write the column as int64 class indices 0..K-1"
+    else:
+        fix = "write the column as int64 class indices 0..K-1, one per row"
+    return f"label column {column!r} of {where} must hold integer class indices, {found}; {fix}"
+
+
 def _holds_class_folders(folder: Path) -> bool:
     """True when ``folder`` has a visible sub-folder and no image directly inside."""
     has_subfolder = False
@@ -398,6 +467,16 @@ class ImageFolderSource(_FileBacked):
         recursively, if their extension is in :data:`IMAGE_EXTENSIONS`. Hidden
         entries (starting with ``.``) are ignored.
 
+    Warns
+    -----
+    EmptyClassWarning
+        If some class folders hold no images (others do): unlike torchvision's
+        ``ImageFolder``, which raises ``FileNotFoundError`` unless
+        ``allow_empty=True``, they are kept as classes without samples, so that a
+        split missing some classes keeps the labels (and ``num_classes``) of the
+        splits that have them all; the warning names the folders, in case they
+        are not classes at all.
+
     Raises
     ------
     DatasetRootError
@@ -440,6 +519,7 @@ class ImageFolderSource(_FileBacked):
                 f"no images found under {self.root} (looked for "
                 f"{', '.join(sorted(IMAGE_EXTENSIONS))} in {len(classes)} class folders)"
             )
+        warn_empty_classes(self.root, classes, labels)
         self.classes: list[str] = classes
         self.num_classes = len(classes)
         self._paths = paths
@@ -599,7 +679,10 @@ class ParquetSource:
                 if column not in names:
                     raise DatasetError(
                         f"Parquet file {file} has no column {column!r} (columns: "
-                        f"{', '.join(names)}); name the columns with "
+                        f"{', '.join(names)}); encoded images are read from column "
+                        f"{image_column!r} and labels from column {label_column!r}: rename the "
+                        "file's columns to those (e.g. with pyarrow's Table.rename_columns, then "
+                        "write the file again), or, from Python, name them with "
                         "Loader(ParquetSource(path, image_column=..., label_column=...))"
                     )
             if not pa.types.is_binary(pf.schema_arrow.field(image_column).type) and not (
@@ -630,10 +713,7 @@ class ParquetSource:
             raise DatasetError(f"Parquet dataset {self.path} has no rows")
         all_labels = np.concatenate(label_parts)
         if not np.issubdtype(all_labels.dtype, np.integer):
-            raise DatasetError(
-                f"label column {label_column!r} of {self.path} must hold integers, found "
-                f"{all_labels.dtype}"
-            )
+            raise DatasetError(_not_integer_labels(all_labels, label_column, self.path))
         self._labels = all_labels.astype(np.int64)
         self.num_classes = _check_labels(
             self._labels, num_classes if num_classes is not None else meta_classes, str(self.path)

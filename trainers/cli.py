@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
+from dataplane.ingest import source_dir_option
 from dataplane.loader_cli import on_corrupt_option
 from trainers.errors import TrainerError
 
@@ -41,8 +42,9 @@ _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
 def _fmnist_ingest_options(command: _Command) -> _Command:
-    """``--data-root``, ``--jpeg``, ``--size`` and ``--limit``, shared by ``train`` and
-    ``doctor`` so that doctor measures the ingest train reads."""
+    """``--data-root``, ``--jpeg``, ``--size``, ``--limit`` and ``--source-dir`` (that of
+    ``dataplane ingest``), shared by ``train`` and ``doctor`` so that doctor measures the
+    ingest train reads."""
     options = (
         click.option(
             "--data-root",
@@ -65,6 +67,7 @@ def _fmnist_ingest_options(command: _Command) -> _Command:
             default=None,
             help="--data fmnist: ingest only the first N images of each split.",
         ),
+        source_dir_option(" Read by --data fmnist."),
     )
     for option in reversed(options):  # listed in --help in this order
         command = option(command)
@@ -258,6 +261,7 @@ def train_command(
     jpeg: bool,
     size: int | None,
     limit: int | None,
+    source_dir: Path,
     workers: int | None,
     on_corrupt: str,
     progress: bool,
@@ -283,7 +287,13 @@ def train_command(
         try:
             resolve_device(device)  # before any ingest or loader work
             splits = resolve_dataset(
-                data, data_root=data_root, jpeg=jpeg, size=size, limit=limit, progress=progress
+                data,
+                data_root=data_root,
+                jpeg=jpeg,
+                size=size,
+                limit=limit,
+                source_dir=source_dir,
+                progress=progress,
             )
             loaders = build_loaders(
                 schedule,
@@ -516,6 +526,7 @@ def doctor_command(
     phase1_fraction: float,
     cached_cost: float,
     data_root: Path,
+    source_dir: Path,
     on_corrupt: str,
     as_json: bool,
 ) -> None:
@@ -537,7 +548,7 @@ def doctor_command(
         dev = resolve_device(device)  # as train does: refuse CUDA where there is none
         if data == "fmnist":  # ingested as train does (same folder for the same options)
             train_dir = resolve_dataset(
-                data, data_root=data_root, jpeg=jpeg, size=size, limit=limit
+                data, data_root=data_root, jpeg=jpeg, size=size, limit=limit, source_dir=source_dir
             ).train
         elif (Path(data) / "train").is_dir():
             train_dir = Path(data) / "train"

@@ -84,6 +84,7 @@ def resolve_dataset(
     jpeg: bool = False,
     size: int | None = None,
     limit: int | None = None,
+    source_dir: str | os.PathLike[str] | None = None,
     progress: bool = False,
 ) -> DatasetSplits:
     """Find (or, for ``"fmnist"``, create) a dataset's train and validation folders.
@@ -99,6 +100,12 @@ def resolve_dataset(
     jpeg, size, limit
         Ingest options for ``"fmnist"`` (JPEG re-encoding, side in pixels,
         images per split).
+    source_dir : path, optional
+        ``"fmnist"``: the folder of the IDX files; by default the folder named
+        by ``DATAPLANE_FMNIST_DIR`` when set, else Debian's
+        (``dataplane ingest``'s ``--source-dir`` and its default).
+    progress : bool
+        ``"fmnist"``: show the ingest's progress bar.
 
     Raises
     ------
@@ -106,18 +113,34 @@ def resolve_dataset(
         The folder lacks a ``train/`` or validation split, or, for
         ``"fmnist"``, ``<data_root>/<name>`` holds an ingest written with other
         settings (the message says how to use it as it is or replace it).
+    dataplane.DatasetError
+        ``"fmnist"``: the IDX files are not in ``source_dir`` (the message says
+        how to install them or point ``--source-dir`` at them).
     """
     if str(data) == "fmnist":
         from dataplane.errors import IngestConflictError
-        from dataplane.ingest import ingest_fmnist
+        from dataplane.ingest import DEFAULT_FMNIST_DIR, FMNIST_DIR_ENV, ingest_fmnist
+
+        if source_dir is None:
+            source_dir = os.environ.get(FMNIST_DIR_ENV) or DEFAULT_FMNIST_DIR
 
         name = "fmnist" + (f"-jpeg{size or 28}" if jpeg else (f"-{size}" if size else ""))
         name += f"-limit{limit}" if limit else ""
         out = Path(data_root) / name
         try:
-            ingest_fmnist(out, fmt="folder", jpeg=jpeg, size=size, limit=limit, progress=progress)
+            ingest_fmnist(
+                out,
+                fmt="folder",
+                jpeg=jpeg,
+                size=size,
+                limit=limit,
+                source_dir=Path(source_dir),
+                progress=progress,
+            )
         except IngestConflictError as exc:
-            raise TrainerDataError(_other_ingest_message(out, jpeg, size, limit)) from exc
+            raise TrainerDataError(
+                _other_ingest_message(out, jpeg, size, limit, Path(source_dir))
+            ) from exc
         logger.info("validating on %s (Fashion-MNIST's test split)", out / "test")
         return DatasetSplits(out / "train", out / "test")
     root = Path(data)
@@ -133,13 +156,16 @@ def resolve_dataset(
     raise TrainerDataError(f"{root} has no test/ or val/ folder to validate on")
 
 
-def _other_ingest_message(out: Path, jpeg: bool, size: int | None, limit: int | None) -> str:
+def _other_ingest_message(
+    out: Path, jpeg: bool, size: int | None, limit: int | None, source_dir: Path
+) -> str:
     """Why ``--data fmnist`` cannot use ``out`` (an ingest with other settings) and what to do.
 
     ``dataplane ingest`` would say "pass --overwrite", an option ``train`` and
-    ``doctor`` do not have: this names the commands that do the job there.
+    ``doctor`` do not have: this names the commands that do the job there (with
+    ``--source-dir`` when ``source_dir`` is not the folder that command reads by default).
     """
-    from dataplane.ingest import MANIFEST
+    from dataplane.ingest import DEFAULT_FMNIST_DIR, FMNIST_DIR_ENV, MANIFEST
 
     wanted: dict[str, Any] = {"format": "folder", "jpeg": jpeg, "size": size or 28, "limit": limit}
     try:
@@ -163,6 +189,8 @@ def _other_ingest_message(out: Path, jpeg: bool, size: int | None, limit: int | 
         as_is = ""
     options = (" --jpeg" if jpeg else "") + (f" --size {size}" if size else "")
     options += f" --limit {limit}" if limit else ""
+    if source_dir != Path(os.environ.get(FMNIST_DIR_ENV) or DEFAULT_FMNIST_DIR):
+        options += f" --source-dir {source_dir}"
     return (
         f"{out} already holds {what}, so --data fmnist cannot ingest there; {as_is}replace it "
         f"with `dataplane ingest fmnist {out} --overwrite{options}` and run this again, or "

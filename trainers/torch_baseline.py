@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 from PIL import Image, UnidentifiedImageError
 
+from dataplane.sources import warn_empty_classes
 from trainers.errors import TrainerConfigError, TrainerDataError
 
 __all__ = ["IMAGE_EXTENSIONS", "FolderDataset", "TorchBaselineLoader", "Transform"]
@@ -174,7 +175,9 @@ class FolderDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
 
     Items are addressed by ``(index, epoch)`` keys so that the random draws of
     a sample depend only on ``(seed, epoch, index)``, whichever worker
-    transforms it.
+    transforms it. A class folder without images stays a class, with a
+    :class:`dataplane.sources.EmptyClassWarning` naming it (as the data plane's
+    image folder does, so that both give the same labels).
     """
 
     def __init__(
@@ -204,6 +207,8 @@ class FolderDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
                 f"{self.root} holds no images ({', '.join(sorted(IMAGE_EXTENSIONS))}) in "
                 f"{len(classes)} class folders"
             )
+        labels = (label for _, label in samples)
+        warn_empty_classes(self.root, classes, labels, extensions=IMAGE_EXTENSIONS)
         self.classes = classes
         self.samples = samples
         self.transform = transform

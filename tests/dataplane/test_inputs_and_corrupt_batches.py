@@ -44,7 +44,9 @@ def test_jpeg_with_trailing_bytes_is_accepted_and_truncated_jpeg_is_not() -> Non
     jpeg = encode(colour(0, 64), "JPEG")
     assert check_encoded(jpeg) is None
     assert check_encoded(jpeg + b"\0\0appended metadata\n") is None
-    assert check_encoded(jpeg[: len(jpeg) * 9 // 10]) == "truncated JPEG (no end-of-image marker)"
+    assert check_encoded(jpeg[: len(jpeg) * 9 // 10]) == (
+        "truncated JPEG (no end-of-image marker after the main image's data)"
+    )
 
 
 def test_loader_reads_a_jpeg_with_trailing_bytes(tmp_path: Path) -> None:
@@ -172,6 +174,24 @@ def test_parquet_messages_name_the_fix(tmp_path: Path) -> None:
         DatasetError, match=r"Loader\(ParquetSource\(path, image_column=\.\.\., label_column"
     ):
         Loader(tmp_path / "cols")
+
+
+def test_iterate_names_what_it_can_do_about_parquet_column_names(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    from dataplane.iterate import iterate_command
+
+    (tmp_path / "cols").mkdir()
+    pq.write_table(pa.table({"img": [encode(grey(0))], "y": [0]}), tmp_path / "cols" / "p.parquet")
+    args = [str(tmp_path / "cols"), "--epochs", "1", "--device", "cpu"]
+    result = CliRunner().invoke(iterate_command, args)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    output = " ".join(result.output.split())
+    assert "has no column 'image' (columns: img, y)" in output
+    assert "rename the file's columns to those" in output  # what works for the command
+    assert "or, from Python, name them with Loader(ParquetSource(" in output
 
 
 # -- DALI-detected corrupt samples and the command line ----------------------------------

@@ -15,6 +15,7 @@ import xxhash
 from dataplane import errors
 from dataplane.errors import DatasetError
 from dataplane.sources import (
+    EmptyClassWarning,
     FileListSource,
     ImageFolderSource,
     ParquetSource,
@@ -50,6 +51,33 @@ def test_image_folder_sorts_classes_and_ignores_other_files(
     source = ImageFolderSource(root)
     assert source.classes == ["a_dog", "b_cat"]
     assert [source.label(i) for i in range(len(source))] == [0, 0, 1]
+
+
+def test_a_class_folder_without_images_is_kept_with_a_warning_naming_it(
+    tmp_path: Path, fmnist_small: Path
+) -> None:
+    src = ImageFolderSource(fmnist_small / "train")
+    root = tmp_path / "ds"
+    for cls in ("a_cat", "c_dog"):
+        (root / cls).mkdir(parents=True)
+        shutil.copy(src.describe(0), root / cls / "0.png")
+    (root / "b_empty").mkdir()
+    (root / "b_empty" / "notes.txt").write_text("not an image")
+    with pytest.warns(EmptyClassWarning) as caught:
+        source = ImageFolderSource(root)
+    message = str(caught[0].message)
+    assert f"class folder b_empty (label 1) of {root} holds no images" in message
+    assert "Remove a folder that is not a class, or add its images" in message
+    assert caught[0].filename == __file__  # attributed to the caller's line
+    assert source.classes == ["a_cat", "b_empty", "c_dog"] and source.num_classes == 3
+    assert [source.label(i) for i in range(len(source))] == [0, 2]  # labels do not move
+    (root / "d_empty").mkdir()
+    with pytest.warns(
+        EmptyClassWarning,
+        match=r"2 of the 4 class folders of .* hold no images: "
+        r"b_empty \(label 1\), d_empty \(label 3\); each stays a class",
+    ):
+        assert ImageFolderSource(root).num_classes == 4
 
 
 def test_fingerprint_tracks_changes(tmp_path: Path, fmnist_small: Path) -> None:
@@ -142,9 +170,29 @@ def test_parquet_errors(tmp_path: Path) -> None:
         ParquetSource(good, num_classes=3)
     with pytest.raises(DatasetError, match="no column 'img'.*image_column="):
         ParquetSource(good, image_column="img")
+    with pytest.raises(DatasetError, match="no column 'y'") as raised:
+        ParquetSource(good, label_column="y")
+    message = str(raised.value)
+    assert "labels from column 'y': rename the file's columns to those" in message
+    assert "or, from Python, name them with Loader(ParquetSource(" in message
     empty = _parquet(tmp_path / "none.parquet", [])
     with pytest.raises(DatasetError, match="no rows"):
         ParquetSource(empty)
+
+
+def test_parquet_labels_that_are_not_integers_name_the_fix(tmp_path: Path) -> None:
+    names = tmp_path / "names.parquet"
+    pq.write_table(pa.table({"image": [b"a", b"b"], "label": ["shirt", "bag"]}), names)
+    with pytest.raises(DatasetError) as raised:
+        ParquetSource(names)
+    message = str(raised.value)
+    assert "must hold integer class indices, found names such as 'shirt'" in message
+    assert "map each class name to its index 0..K-1" in message
+    assert "write the column as int64" in message and "'class_names'" in message
+    floats = tmp_path / "floats.parquet"
+    pq.write_table(pa.table({"image": [b"a", b"b"], "label": [0.0, 1.0]}), floats)
+    with pytest.raises(DatasetError, match="found float64; write the column as int64 class"):
+        ParquetSource(floats)
 
 
 def test_parquet_custom_columns_and_dataset_dir(tmp_path: Path) -> None:

@@ -125,31 +125,23 @@ def test_compare_warnings_name_each_run_by_one_label(tmp_path: Path) -> None:
 # -- --data fmnist over an ingest with other settings; doctor's ingest options ---------------
 
 
-@pytest.fixture
-def fmnist_source(fmnist_dir: Path) -> Path:
-    from dataplane.ingest import DEFAULT_FMNIST_DIR
-
-    if fmnist_dir != DEFAULT_FMNIST_DIR:
-        pytest.skip("--data fmnist reads Fashion-MNIST from its default folder only")
-    return fmnist_dir
-
-
 @pytest.mark.parametrize("command", ["train", "doctor"])
 def test_fmnist_ingested_with_other_settings_names_what_this_command_can_do(
-    fmnist_source: Path, tmp_path: Path, command: str
+    fmnist_dir: Path, tmp_path: Path, command: str
 ) -> None:
     from dataplane.ingest import ingest_fmnist
 
     root = tmp_path / "data"
-    ingest_fmnist(root / "fmnist", limit=50, source_dir=fmnist_source, progress=False)
+    ingest_fmnist(root / "fmnist", limit=50, source_dir=fmnist_dir, progress=False)
     ingest_fmnist(
-        root / "fmnist-limit50", jpeg=True, limit=50, source_dir=fmnist_source, progress=False
+        root / "fmnist-limit50", jpeg=True, limit=50, source_dir=fmnist_dir, progress=False
     )
     if command == "train":
         cmd, args = train_command, ["--no-progress", "--run-dir", str(tmp_path / "run")]
     else:
         cmd, args = doctor_command, ["--loader", "torch", "--cache-dir", str(tmp_path)]
     common = ["--data", "fmnist", "--data-root", str(root), "--device", "cpu", *args]
+    common += ["--source-dir", str(fmnist_dir)]
     message = _refused(CliRunner().invoke(cmd, common), 1)
     fmnist = root / "fmnist"
     assert "pass --overwrite" not in message  # an option neither command has
@@ -162,6 +154,14 @@ def test_fmnist_ingested_with_other_settings_names_what_this_command_can_do(
     message = _refused(CliRunner().invoke(cmd, [*common, "--limit", "50"]), 1)
     assert "(jpeg yes there, no here)" in message
     assert f"`dataplane ingest fmnist {root / 'fmnist-limit50'} --overwrite --limit 50`" in message
+    # a --source-dir other than the one `dataplane ingest` reads goes in too
+    other = tmp_path / "idx"
+    other.mkdir()
+    for path in fmnist_dir.glob("*-ubyte.gz"):
+        (other / path.name).symlink_to(path)
+    common[-1] = str(other)
+    message = _refused(CliRunner().invoke(cmd, [*common, "--limit", "50"]), 1)
+    assert f"--overwrite --limit 50 --source-dir {other}` and run this again" in message
     # and the first suggestion works
     result = CliRunner().invoke(
         cmd, ["--data", str(fmnist), *common[2:], "--batch-size", "10", "--epochs", "1"]
@@ -169,11 +169,12 @@ def test_fmnist_ingested_with_other_settings_names_what_this_command_can_do(
     assert result.exit_code == 0, result.output
 
 
-def test_doctor_ingests_fmnist_with_trains_options(fmnist_source: Path, tmp_path: Path) -> None:
+def test_doctor_ingests_fmnist_with_trains_options(fmnist_dir: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(
         doctor_command,
         [
             *("--data", "fmnist", "--data-root", str(tmp_path), "--device", "cpu"),
+            *("--source-dir", str(fmnist_dir)),
             *("--jpeg", "--size", "32", "--limit", "60", "--loader", "torch"),
             *("--batch-size", "20", "--steps", "1", "--cache-dir", str(tmp_path), "--json"),
         ],
@@ -182,6 +183,35 @@ def test_doctor_ingests_fmnist_with_trains_options(fmnist_source: Path, tmp_path
     assert (tmp_path / "fmnist-jpeg32-limit60" / "train").is_dir()  # where train puts it
     diagnosis = json.loads(result.stdout)
     assert diagnosis["num_samples"] == 60 and diagnosis["image_shape"] == [1, 32, 32]
+
+
+@pytest.mark.parametrize("command", ["train", "doctor"])
+def test_fmnist_without_its_idx_files_suggests_what_this_command_takes(
+    fmnist_dir: Path, tmp_path: Path, command: str
+) -> None:
+    empty = tmp_path / "no-idx"
+    empty.mkdir()
+    if command == "train":
+        cmd, args = train_command, ["--no-progress", "--run-dir", str(tmp_path / "run")]
+    else:
+        cmd, args = doctor_command, ["--loader", "torch", "--cache-dir", str(tmp_path)]
+    common = ["--data", "fmnist", "--data-root", str(tmp_path / "data"), "--device", "cpu"]
+    common += ["--limit", "50", *args]
+    # the environment variable is read as `dataplane ingest` reads it
+    result = CliRunner().invoke(cmd, common, env={"DATAPLANE_FMNIST_DIR": str(empty)})
+    message = _refused(result, 1)
+    assert f"IDX file(s) not found: {empty / 'train-images-idx3-ubyte.gz'}" in message
+    assert "pass --source-dir (or set DATAPLANE_FMNIST_DIR) to the folder holding" in message
+    assert any("--source-dir" in param.opts for param in cmd.params)  # what it suggests
+    assert not (tmp_path / "data").exists()
+    # --source-dir wins over the environment, and pointing it at the files works
+    result = CliRunner().invoke(
+        cmd,
+        [*common, "--source-dir", str(fmnist_dir), "--batch-size", "10", "--epochs", "1"],
+        env={"DATAPLANE_FMNIST_DIR": str(empty)},
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "data" / "fmnist-limit50" / "train").is_dir()
 
 
 # -- validation classes other than the training classes -------------------------------------

@@ -127,6 +127,19 @@ def test_bad_folders_and_files(tmp_path: Path) -> None:
         Transform(size=8, channels=2)
 
 
+def test_a_class_folder_without_images_is_kept_with_a_warning(tmp_path: Path) -> None:
+    from dataplane.sources import EmptyClassWarning
+
+    for name in ("a", "c"):
+        (tmp_path / name).mkdir()
+        Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(tmp_path / name / "0.png")
+    (tmp_path / "b").mkdir()
+    with pytest.warns(EmptyClassWarning, match=r"class folder b \(label 1\) of .* holds no images"):
+        ds = FolderDataset(tmp_path, Transform(size=8, channels=1))
+    assert ds.classes == ["a", "b", "c"]
+    assert [label for _, label in ds.samples] == [0, 2]
+
+
 def test_mixed_sizes_give_the_shape_the_dataplane_loader_infers(tmp_path: Path) -> None:
     from dataplane import Loader, MixedImageSizeWarning
 
