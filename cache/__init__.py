@@ -17,6 +17,7 @@ from cache.errors import (
     CacheConfigError,
     CacheError,
     CorruptRecordError,
+    DamagedCacheError,
     StaleCacheError,
     UnreadableMetaError,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "CacheMeta",
     "CacheStore",
     "CorruptRecordError",
+    "DamagedCacheError",
     "FillMode",
     "FillStats",
     "InputDescription",

@@ -2,7 +2,8 @@
 
 Every error of this package derives from :class:`CacheError`; errors of the
 ``lmdb`` library are wrapped at the boundary (``lmdb.MapFullError`` never reaches
-a caller: a full cache stops admitting instead, see :mod:`cache.store`).
+a caller: a full cache stops admitting instead, see :mod:`cache.store`; a damaged
+file is a :class:`DamagedCacheError`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,33 @@ class UnreadableMetaError(CacheError):
     ``dataplane cache clear PATH`` deletes its records and metadata;
     ``CacheConfig(path, rebuild=True)`` rebuilds it.
     """
+
+
+class DamagedCacheError(CacheError):
+    """The cache's ``data.mdb`` is damaged: truncated, not a valid or complete LMDB file,
+    or holding a damaged page (LMDB's ``MDB_CORRUPTED``, ``MDB_PAGE_NOTFOUND``,
+    ``MDB_INVALID``).
+
+    Its records cannot be trusted, and dropping records (``dataplane cache verify
+    --repair``) cannot mend it. ``CacheConfig(path, rebuild=True)`` (``dataplane cache
+    build --rebuild``) and ``dataplane cache clear PATH`` start it anew when its tree
+    cannot be cleared, by deleting its ``data.mdb`` and ``lock.mdb`` (nothing else);
+    so does deleting the directory. A loader warns (``CacheWarning``) and serves fresh
+    samples.
+
+    Attributes
+    ----------
+    path : str
+        The cache directory.
+    reason : str
+        What is wrong with it, e.g. ``"its data.mdb is truncated: 1000000 bytes of
+        1712128"`` or LMDB's error (``"mdb_cursor_get: MDB_CORRUPTED: ..."``).
+    """
+
+    def __init__(self, message: str, *, path: str, reason: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
 
 
 class CorruptRecordError(CacheError):

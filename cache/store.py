@@ -59,7 +59,22 @@ On failure
 * Disk full, I/O error or an unwritable directory while writing: the batch is
   not written (the transaction is aborted, what was committed stays valid),
   the state becomes :attr:`StoreState.FAILED` and :class:`CacheError` is raised
-  once, from that write; later writes are not attempted. Serving goes on.
+  once, from that write; later writes are not attempted. Serving goes on. LMDB
+  reports a short write as an I/O error: when the disk holding the cache has
+  (nearly) no space left the message says it is full, naming the free bytes
+  (:func:`cache.env.disk_full`).
+* A damaged ``data.mdb``: truncated (shorter than the pages LMDB's header counts),
+  empty, not a valid LMDB file, or a page LMDB finds damaged (``MDB_CORRUPTED``,
+  ``MDB_PAGE_NOTFOUND``): :class:`~cache.errors.DamagedCacheError`, naming the file
+  and the fix, from the open (before any page is read: a read past the end of a
+  truncated file would kill the process with ``SIGBUS``) or from the read or write
+  that met the damage (a write also makes the state ``FAILED``). Nothing is changed.
+  ``rebuild=True`` clears the records as any rebuild does; when the file cannot be
+  opened or its records cannot be cleared, it deletes ``data.mdb`` and ``lock.mdb``
+  (nothing else) and creates the cache anew (so does ``dataplane cache clear``,
+  through :func:`remove_damaged`). A file cut short while this process has it open
+  is not detected, and kills it at its next read of a page beyond the new end (see
+  :mod:`cache.env`, *Damaged files*).
 * An existing cache in a directory this process may not write is opened
   read-only (state :attr:`StoreState.READ_ONLY`, without LMDB's lock file, so it
   must not be written by anyone meanwhile); a new cache in such a place raises
@@ -120,8 +135,20 @@ import numpy as np
 import xxhash
 
 from cache.config import CacheConfig, FillMode
-from cache.env import SharedEnv, acquire, explain, release, settle, write_txn
-from cache.errors import CacheError, CorruptRecordError, UnreadableMetaError
+from cache.env import (
+    DAMAGE_ERRORS,
+    SharedEnv,
+    acquire,
+    damaged,
+    disk_full,
+    explain,
+    lmdb_failure,
+    release,
+    remove_files,
+    settle,
+    write_txn,
+)
+from cache.errors import CacheError, CorruptRecordError, DamagedCacheError, UnreadableMetaError
 from cache.meta import META_KEY, CacheIdentity, CacheMeta
 from cache.record import (
     CHECKSUM_SIZE,
@@ -434,6 +461,9 @@ class CacheStore:
     ------
     StaleCacheError
         The cache was built for another recipe, dataset or sample shape.
+    DamagedCacheError
+        Its ``data.mdb`` is truncated, empty or not a valid LMDB file, or LMDB finds a
+        damaged page (unless ``config.rebuild``, which then starts the cache anew).
     CacheError
         The path cannot be opened or created, or holds no readable cache.
 
@@ -477,6 +507,8 @@ class CacheStore:
 
         Raises
         ------
+        DamagedCacheError
+            If the cache's ``data.mdb`` is damaged (see :class:`CacheStore`).
         CacheError
             If there is no readable cache at ``path``.
         """
@@ -578,31 +610,63 @@ class CacheStore:
                     f"cannot create the cache directory {path}: {explain(exc)}; choose a "
                     "writable path (the loader keeps serving fresh samples meanwhile)"
                 ) from exc
-        shared = acquire(path, None if self._existing_only else self.config, create=create)
+        config = None if self._existing_only else self.config
+        rebuild = self._rebuild and create
+        shared: SharedEnv | None = None
         try:
-            self._meta = self._load_meta(shared)
+            try:
+                shared = acquire(path, config, create=create)
+                self._meta = self._load_meta(shared)
+            except DamagedCacheError as exc:
+                if not rebuild:
+                    raise
+                if shared is not None:
+                    release(path, shared)
+                    shared = None
+                shared = self._start_anew(exc)
+                self._meta = self._load_meta(shared)
             self._stored_variants = self._meta.variants
         except BaseException:
-            release(path, shared)
+            if shared is not None:
+                release(path, shared)
             raise
         self._shared = shared
         if shared.readonly:
             self._state = StoreState.READ_ONLY
+
+    def _start_anew(self, damage: DamagedCacheError) -> SharedEnv:
+        """A rebuild of a damaged cache that cannot be opened or cleared: delete its
+        ``data.mdb`` and ``lock.mdb`` (nothing else) and create it again."""
+        removed = remove_files(self.path)
+        logger.warning(
+            "the cache at %s is damaged (%s); rebuilding it: %s deleted",
+            self.path,
+            damage.reason,
+            " and ".join(removed) or "nothing",
+        )
+        return acquire(self.path, self.config, create=True)
 
     def _find_full(self) -> None:
         """An admitting store whose cache is full already (:func:`has_room`) is ``FULL``
         from the start: no batch is encoded or queued for it."""
         shared = self._env()
         if self._state is StoreState.ADMITTING:
-            with shared.env.begin() as txn:
-                if not self._has_room(txn, shared):
-                    self._state = StoreState.FULL
+            try:
+                with shared.env.begin() as txn:
+                    full = not self._has_room(txn, shared)
+            except lmdb.Error as exc:
+                raise lmdb_failure(self.path, exc, "reading") from exc
+            if full:
+                self._state = StoreState.FULL
 
     def _load_meta(self, shared: SharedEnv) -> CacheMeta:
         where = str(self.config.path)
-        with shared.env.begin(db=shared.meta) as txn:
-            raw = txn.get(META_KEY)
-            raw = bytes(raw) if raw is not None else None
+        try:
+            with shared.env.begin(db=shared.meta) as txn:
+                raw = txn.get(META_KEY)
+                raw = bytes(raw) if raw is not None else None
+        except lmdb.Error as exc:
+            raise lmdb_failure(self.config.path, exc, "reading") from exc
         try:
             meta = CacheMeta.from_json(raw, where=where) if raw is not None else None
         except UnreadableMetaError:
@@ -613,7 +677,11 @@ class CacheStore:
         self._meta_raw = raw
         if self._existing_only:
             if meta is None:
-                raise CacheError(f"{where} holds no dataplane cache metadata; check the path")
+                raise CacheError(
+                    f"{where} holds no dataplane cache metadata (its metadata was cleared, or "
+                    "its creation did not finish, or it is another program's LMDB file); check "
+                    f"the path, or fill it again: `dataplane cache build DATA {where}`"
+                )
             return meta
         if meta is not None and not self._rebuild:
             meta.check(self.identity, where=where)
@@ -666,14 +734,23 @@ class CacheStore:
             self._state = StoreState.FULL
             return meta if meta is not None else new
         except lmdb.Error as exc:
+            if isinstance(exc, DAMAGE_ERRORS):
+                raise damaged(self.config.path, str(exc)) from exc
+            full = disk_full(self.config.path, exc)
+            reason = full if full is not None else explain(exc)
             raise CacheError(
-                f"cannot write the metadata of the cache at {where}: {explain(exc)}; free disk "
+                f"cannot write the metadata of the cache at {where}: {reason}; free disk "
                 "space or choose a writable path"
             ) from exc
         if previous is not None and previous != new.variants:
-            unused = (
-                self._count_from_variant(shared, new.variants) if previous > new.variants else 0
-            )
+            try:
+                unused = (
+                    self._count_from_variant(shared, new.variants)
+                    if previous > new.variants
+                    else 0
+                )
+            except lmdb.Error as exc:
+                raise lmdb_failure(self.config.path, exc, "reading") from exc
             change = VariantsChange(where, previous, new.variants, unused)
             self.variants_change = change
             # INFO: the loader warns (CacheWarning) and the CLI prints it; a direct caller
@@ -715,12 +792,9 @@ class CacheStore:
         CacheError
             If LMDB fails to read.
         """
-        try:
-            with self._read(self._env().meta) as txn:
-                if self._state is not StoreState.STALE:
-                    self._meta_current(txn)
-        except lmdb.Error as exc:
-            raise CacheError(f"reading the cache at {self.path} failed: {exc}") from exc
+        with self._read(self._env().meta) as txn:
+            if self._state is not StoreState.STALE:
+                self._meta_current(txn)
         return self._stored_variants
 
     @property
@@ -786,14 +860,22 @@ class CacheStore:
 
     @contextmanager
     def _read(self, db: Any = None) -> Iterator[lmdb.Transaction]:
+        """A read transaction (``buffers=True``) on ``db`` (default: the records); an LMDB
+        error in it is raised as :class:`CacheError` (:func:`~cache.env.lmdb_failure`: a
+        :class:`DamagedCacheError` for a damaged page)."""
         shared = self._env()
         try:
-            txn = shared.env.begin(db=db if db is not None else shared.records, buffers=True)
-        except lmdb.MapResizedError:  # another process grew the map: adopt its size
-            shared.env.set_mapsize(0)
-            txn = shared.env.begin(db=db if db is not None else shared.records, buffers=True)
+            try:
+                txn = shared.env.begin(db=db if db is not None else shared.records, buffers=True)
+            except lmdb.MapResizedError:  # another process grew the map: adopt its size
+                shared.env.set_mapsize(0)
+                txn = shared.env.begin(db=db if db is not None else shared.records, buffers=True)
+        except lmdb.Error as exc:
+            raise lmdb_failure(self.path, exc, "reading") from exc
         try:
             yield txn
+        except lmdb.Error as exc:
+            raise lmdb_failure(self.path, exc, "reading") from exc
         finally:
             txn.abort()
 
@@ -854,18 +936,15 @@ class CacheStore:
         size = self._payload_size()
         keys, ints = pack_keys(idx, variant)
         corrupt: list[tuple[bytes, CorruptRecordError]] = []
-        try:
-            with self._read() as txn:
-                if self._state is StoreState.STALE or not self._meta_current(txn):
-                    found = np.zeros(n, dtype=bool)
-                elif n == 0:
-                    found = np.zeros(0, dtype=bool)
-                elif size <= STAGED_MAX_PAYLOAD:
-                    found = self._read_staged(txn, keys, ints, out, labels, corrupt)
-                else:
-                    found = self._read_direct(txn, keys, ints, out, labels, corrupt)
-        except lmdb.Error as exc:
-            raise CacheError(f"reading the cache at {self.path} failed: {exc}") from exc
+        with self._read() as txn:  # (LMDB errors raised as CacheError)
+            if self._state is StoreState.STALE or not self._meta_current(txn):
+                found = np.zeros(n, dtype=bool)
+            elif n == 0:
+                found = np.zeros(0, dtype=bool)
+            elif size <= STAGED_MAX_PAYLOAD:
+                found = self._read_staged(txn, keys, ints, out, labels, corrupt)
+            else:
+                found = self._read_direct(txn, keys, ints, out, labels, corrupt)
         hits = int(found.sum())
         self.stats.hits += hits
         self.stats.misses += n - hits
@@ -1071,14 +1150,20 @@ class CacheStore:
             with self._lock:
                 self._pending_drop |= pending
                 self._state = StoreState.FAILED
-            reason = explain(exc)
+            if isinstance(exc, DAMAGE_ERRORS):
+                raise damaged(self.path, str(exc)) from exc
+            needed = sum(len(value) for _, value in items[start : start + chunk])
+            full = disk_full(self.path, exc, needed=needed)
+            reason = f": {full}" if full is not None else f" ({explain(exc)})"
             hint = (
                 "free disk space"
-                if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "space" in str(exc)
+                if full is not None
+                or isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+                or "space" in str(exc)
                 else "check the disk and permissions"
             )
             raise CacheError(
-                f"writing to the cache at {self.path} failed ({reason}); it stops admitting new "
+                f"writing to the cache at {self.path} failed{reason}; it stops admitting new "
                 f"samples and keeps serving the {self._committed_hint()} it holds; {hint}, then "
                 "reopen it to fill again"
             ) from exc
@@ -1294,9 +1379,7 @@ class CacheStore:
                 for key in keys:
                     deleted += bool(txn.delete(key))
         except lmdb.Error as exc:
-            raise CacheError(
-                f"dropping records from the cache at {self.path} failed: {exc}"
-            ) from exc
+            raise lmdb_failure(self.path, exc, "dropping records from") from exc
         if deleted:
             settle(shared)
         self.stats.dropped += deleted
@@ -1535,6 +1618,36 @@ def reset_cache(path: str | os.PathLike[str]) -> int:
         release(where, shared)
 
 
+def remove_damaged(path: str | os.PathLike[str]) -> list[str]:
+    """Delete the ``data.mdb`` and ``lock.mdb`` of the damaged cache at ``path``, nothing else.
+
+    For a cache that raised :class:`~cache.errors.DamagedCacheError` (truncated, not a
+    valid LMDB file, a damaged page) and whose records cannot be cleared:
+    ``dataplane cache clear`` falls back to it. The next :class:`CacheStore` opened
+    there creates the cache anew (``CacheConfig(path, rebuild=True)`` does this itself).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The cache directory.
+
+    Returns
+    -------
+    list of str
+        The names of the files deleted.
+
+    Raises
+    ------
+    CacheError
+        If ``path`` is not a directory, this process still has the cache open, or a file
+        cannot be deleted.
+    """
+    where = Path(path)
+    if not where.is_dir():
+        raise CacheError(f"cache path {where} is not a directory; check the path")
+    return remove_files(where)
+
+
 def _drop_all(shared: SharedEnv, where: Path, *, metadata: bool) -> int:
     """Delete every record (and with ``metadata``, the metadata) in one transaction, then
     :func:`settle` so the next fill reuses the pages; returns the records deleted."""
@@ -1547,6 +1660,6 @@ def _drop_all(shared: SharedEnv, where: Path, *, metadata: bool) -> int:
             if metadata:
                 txn.delete(META_KEY, db=shared.meta)
     except lmdb.Error as exc:
-        raise CacheError(f"clearing the cache at {where} failed: {explain(exc)}") from exc
+        raise lmdb_failure(where, exc, "clearing") from exc
     settle(shared)
     return count

@@ -14,6 +14,10 @@ process may still use the larger setting) and says so
 (:attr:`cache.store.CacheStore.variants_change`: a ``CacheWarning`` from the
 loader, a line of ``dataplane cache build``; ``dataplane cache info`` counts them
 apart): ``dataplane cache verify --repair`` is how they are dropped.
+
+A damaged file (a page LMDB cannot read, :class:`~cache.errors.DamagedCacheError`)
+stops the check: the report says so (:attr:`VerifyReport.damaged`, with the fix) and
+is not clean, and nothing is repaired, as dropping records cannot mend it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from cache.errors import CacheError, CorruptRecordError
+from cache.errors import CacheError, CorruptRecordError, DamagedCacheError
 from cache.record import KEY_SIZE, check_record, unpack_key
 from cache.store import CacheStore
 
@@ -52,6 +56,10 @@ class VerifyReport:
         Corrupt records deleted (``repair=True``).
     dropped_unused : int
         Records outside the metadata deleted (``repair=True``).
+    damaged : str or None
+        Why the check stopped: the cache's file is damaged (the message of the
+        :class:`~cache.errors.DamagedCacheError`, with the fix); None when every record
+        was read. Records are then counted up to the damage, and nothing is repaired.
     """
 
     path: str
@@ -63,11 +71,12 @@ class VerifyReport:
     expected: int = 0
     repaired: int = 0
     dropped_unused: int = 0
+    damaged: str | None = None
 
     @property
     def clean(self) -> bool:
-        """True when no corrupt record was found."""
-        return not self.corrupt
+        """True when no corrupt record was found and the file is not damaged."""
+        return not self.corrupt and self.damaged is None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (for JSON)."""
@@ -81,6 +90,7 @@ class VerifyReport:
             "expected": self.expected,
             "repaired": self.repaired,
             "dropped_unused": self.dropped_unused,
+            "damaged": self.damaged,
             "clean": self.clean,
         }
 
@@ -99,7 +109,8 @@ def verify(
         An open cache.
     repair : bool
         Delete corrupt records (they are refilled when next needed) and records
-        outside the metadata (:attr:`VerifyReport.out_of_range`).
+        outside the metadata (:attr:`VerifyReport.out_of_range`). Not done when the
+        file is damaged (:attr:`VerifyReport.damaged`): dropping records cannot mend it.
     progress : callable, optional
         Called with the number of records checked since the last call.
 
@@ -110,7 +121,8 @@ def verify(
     Raises
     ------
     CacheError
-        If the cache cannot be read, or ``repair`` and it cannot be written.
+        If the cache cannot be read (other than a damaged file, which the report
+        holds), or ``repair`` and it cannot be written.
     """
     meta = store.meta
     ident = meta.identity
@@ -146,9 +158,14 @@ def verify(
             progress(pending)
             pending = 0
 
-    store.visit(check)
+    try:
+        store.visit(check)
+    except DamagedCacheError as exc:
+        report.damaged = str(exc)
     if progress is not None and pending:
         progress(pending)
+    if report.damaged is not None:
+        return report
     if repair and report.out_of_range:
         report.dropped_unused = store.drop(report.out_of_range)
     if repair and report.corrupt:

@@ -2,19 +2,34 @@
 
 Each prints human-readable text, or one JSON document with ``--json``. Errors
 of the cache (:class:`cache.CacheError`) exit with status 1 and their message.
-``verify`` exits with status 1 when it finds corrupt records.
+``verify`` exits with status 1 when it finds corrupt records or a damaged file.
+
+A damaged cache (:class:`cache.DamagedCacheError`: ``data.mdb`` truncated, not a
+valid LMDB file, a damaged page) is named with its fix by every command; ``clear``
+and ``build --rebuild`` start it anew when its records cannot be cleared, deleting
+its ``data.mdb`` and ``lock.mdb`` (nothing else in the directory).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from cache import CacheConfig, CacheError, CacheStore, FillMode, UnreadableMetaError, verify
-from cache.store import reset_cache
+from cache import (
+    CacheConfig,
+    CacheError,
+    CacheStore,
+    DamagedCacheError,
+    FillMode,
+    StoreState,
+    UnreadableMetaError,
+    verify,
+)
+from cache.store import remove_damaged, reset_cache
 from dataplane.loader_cli import cache_options, command_line_warnings, loader_options
 
 if TYPE_CHECKING:
@@ -74,7 +89,10 @@ def info_command(path: Path, as_json: bool) -> None:
     (variants left from a run with more variants) are counted apart as unused.
     """
     with _open(path) as store:
-        info = store.info()
+        try:
+            info = store.info()
+        except CacheError as exc:
+            raise click.ClickException(str(exc)) from exc
     doc = info.as_dict()
     ident = info.meta.identity
     lines = [
@@ -115,18 +133,20 @@ def verify_command(path: Path, repair: bool, as_json: bool, progress: bool) -> N
 
     Records outside the metadata (variants left from a run with more variants)
     are reported as unused; ``--repair`` deletes them along with corrupt ones.
+    A damaged file (a page LMDB cannot read) stops the check: it is reported with
+    the fix, nothing is repaired, and the exit status is 1.
     """
     from tqdm import tqdm
 
     with _open(path) as store:
-        total = store.count()
-        with tqdm(
-            total=total, unit="rec", desc="verify", disable=not progress, leave=False
-        ) as bar:
-            try:
+        try:
+            total = store.count()
+            with tqdm(
+                total=total, unit="rec", desc="verify", disable=not progress, leave=False
+            ) as bar:
                 report = verify(store, repair=repair, progress=bar.update)
-            except CacheError as exc:
-                raise click.ClickException(str(exc)) from exc
+        except CacheError as exc:
+            raise click.ClickException(str(exc)) from exc
     lines = [
         f"cache      {report.path}",
         f"checked    {report.checked} records: {report.ok} ok, {len(report.corrupt)} corrupt",
@@ -146,14 +166,18 @@ def verify_command(path: Path, repair: bool, as_json: bool, progress: bool) -> N
         lines.append(f"corrupt    index {index} variant {variant}")
     if len(report.corrupt) > 20:
         lines.append(f"corrupt    ... and {len(report.corrupt) - 20} more (see --json)")
-    if report.corrupt:
+    if report.damaged is not None:
+        lines.append(f"damaged    {report.damaged}")
+        if repair:
+            lines.append("repaired   nothing: deleting records cannot mend a damaged file")
+    elif report.corrupt:
         lines.append(
             f"repaired   {report.repaired} deleted; they are refilled when next needed"
             if repair
             else "fix        run again with --repair to delete them (they are never served)"
         )
     _emit(as_json, report.as_dict(), "\n".join(lines))
-    if report.corrupt:
+    if not report.clean:
         raise SystemExit(1)
 
 
@@ -165,17 +189,31 @@ def clear_command(path: Path, yes: bool, as_json: bool) -> None:
     """Delete every record of a cache (its metadata stays; pages are reused).
 
     A cache whose metadata is unreadable loses its metadata too; the next run
-    writes it again.
+    writes it again. A damaged cache (truncated or invalid ``data.mdb``, a damaged
+    page) whose records cannot be cleared loses its ``data.mdb`` and ``lock.mdb``
+    (nothing else in the directory); the next build or run creates it anew.
     """
     unreadable: UnreadableMetaError | None = None
+    damage: DamagedCacheError | None = None
+    store: CacheStore | None = None
     try:
-        store: CacheStore | None = CacheStore.open_existing(path)
+        store = CacheStore.open_existing(path)
     except UnreadableMetaError as exc:
-        store, unreadable = None, exc
+        unreadable = exc
+    except DamagedCacheError as exc:
+        damage = exc
     except CacheError as exc:
         raise click.ClickException(str(exc)) from exc
+    deleted: int | None = None
     try:
-        if store is None:
+        if store is not None:
+            with store:
+                count = store.count()
+                if not yes:
+                    click.confirm(f"delete all {count} records of the cache at {path}?", abort=True)
+                deleted = store.clear()
+            what = "deleted (the file keeps its size; delete the directory to free the disk space)"
+        elif unreadable is not None:
             if not yes:
                 click.confirm(
                     f"{unreadable}\ndelete all records and the metadata of the cache at {path}?",
@@ -183,19 +221,38 @@ def clear_command(path: Path, yes: bool, as_json: bool) -> None:
                 )
             deleted = reset_cache(path)
             what = "and the unreadable metadata deleted (the next run writes new metadata)"
-        else:
-            with store:
-                count = store.count()
-                if not yes:
-                    click.confirm(f"delete all {count} records of the cache at {path}?", abort=True)
-                deleted = store.clear()
-            what = "deleted (the file keeps its size; delete the directory to free the disk space)"
+    except DamagedCacheError as exc:  # its records cannot be cleared
+        damage = exc
     except CacheError as exc:
         raise click.ClickException(str(exc)) from exc
+    removed: list[str] = []
+    if damage is not None:
+        if not yes:
+            click.confirm(
+                f"{damage}\ndelete the data.mdb and lock.mdb of the cache at {path} (nothing "
+                "else)?",
+                abort=True,
+            )
+        try:
+            removed = remove_damaged(path)
+        except CacheError as exc:
+            raise click.ClickException(str(exc)) from exc
+        deleted = None
+        text = (
+            f"cleared {path}: the damaged cache's {' and '.join(removed) or 'files'} deleted "
+            "(the next build or run creates the cache anew)"
+        )
+    else:
+        text = f"cleared {path}: {deleted} records {what}"
     _emit(
         as_json,
-        {"path": str(path), "deleted": deleted, "metadata_deleted": store is None},
-        f"cleared {path}: {deleted} records {what}",
+        {
+            "path": str(path),
+            "deleted": deleted,
+            "metadata_deleted": store is None or damage is not None,
+            "files_deleted": removed,
+        },
+        text,
     )
 
 
@@ -233,7 +290,10 @@ def build_command(
     serves what the cache holds and produces (DALI) and writes only the missing
     samples, so building again after a crash finishes what is missing and
     nothing more. Stops early when the cache stops admitting (``--max-bytes``
-    reached, or a write failed: exit status 1).
+    reached, or a write failed: exit status 1). A cache that cannot be written
+    (read-only directory or file system) while samples are missing builds
+    nothing and exits with status 1; so does a damaged cache (``--rebuild``
+    starts it anew).
 
     Counts: ``written`` records written by this build; ``produced`` samples
     produced fresh (the missing ones); ``images_per_second`` is ``produced``
@@ -293,7 +353,7 @@ def build_command(
                 loader, variants, progress=progress and not as_json
             )
             info = loader.cache_store.info()
-        except DataplaneError as exc:
+        except (DataplaneError, CacheError) as exc:  # (a cache damaged where the build read)
             raise click.ClickException(cli_message(exc)) from exc
         finally:
             loader.close()
@@ -326,6 +386,25 @@ def build_command(
         raise SystemExit(1)
 
 
+def _read_only_message(path: Path, missing: dict[int, Any], todo: list[int]) -> str:
+    """Why a build of ``path`` cannot write, what it leaves missing, and the fix."""
+    try:
+        mounted_read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        mounted_read_only = False
+    why = (
+        "the file system holding it is mounted read-only"
+        if mounted_read_only
+        else "this user may not write its directory"
+    )
+    count = sum(int(missing[v].sum()) for v in todo)
+    which = f"variant {todo[0]}" if len(todo) == 1 else f"variants {', '.join(map(str, todo))}"
+    return (
+        f"the cache at {path} is read-only ({why}): nothing was built, and {count} samples "
+        f"of {which} are still missing. Make it writable, or build into another path"
+    )
+
+
 def _fill(
     loader: Loader, variants: int, *, progress: bool
 ) -> tuple[int, int, list[int], float, str | None]:
@@ -341,7 +420,8 @@ def _fill(
     Raises
     ------
     click.ClickException
-        The cache cannot be opened for writing.
+        The cache cannot be opened, is read-only while samples are missing (nothing is
+        built), or cannot be read (a damaged page).
     DataplaneError
         From the loader (an unreadable sample, a pipeline failure).
     """
@@ -355,8 +435,13 @@ def _fill(
         reason = (cache.disabled if cache is not None else None) or "it cannot be opened"
         raise click.ClickException(reason.removeprefix("the cache is not used: "))
     filler = cache.filler
-    missing = {v: ~store.completed(v) for v in range(variants)}
+    try:
+        missing = {v: ~store.completed(v) for v in range(variants)}
+    except CacheError as exc:  # e.g. a damaged page: the message names the fix
+        raise click.ClickException(str(exc)) from exc
     todo = [v for v in range(variants) if missing[v].any()]
+    if todo and store.state is StoreState.READ_ONLY:
+        raise click.ClickException(_read_only_message(store.path, missing, todo))
     produced = 0
     start = time.perf_counter()
     with tqdm(

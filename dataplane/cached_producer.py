@@ -73,6 +73,13 @@ On failure
   during the pass (the store turns :attr:`cache.store.StoreState.STALE`): the rest
   of the pass is produced fresh by one producer, a ``CacheWarning`` is issued and
   the loader stops using the cache.
+* A damaged cache (:class:`cache.DamagedCacheError`: ``data.mdb`` truncated, empty
+  or not a valid LMDB file, or a page LMDB finds damaged): found when the cache is
+  opened (checked before any page is read) or read, it is a ``CacheWarning`` naming
+  the fix (``rebuild=True`` starts the cache anew), and the loader serves fresh
+  samples, as above. A ``data.mdb`` cut short by another process while this one
+  has it open is not detected: LMDB maps the file, and this process dies of
+  ``SIGBUS`` at its next read beyond the new end (see :mod:`cache.env`).
 * A corrupt record is never served: it counts as a miss, is produced fresh and
   refilled (the store drops the bad record in its next write).
 * A batch all of whose samples are skipped (corrupt sources, ``on_corrupt="skip"``)
@@ -98,6 +105,7 @@ from cache import (
     CacheFiller,
     CacheIdentity,
     CacheStore,
+    DamagedCacheError,
     InputDescription,
     StoreState,
 )
@@ -551,7 +559,7 @@ class CachedBatchProducer(BackgroundProducer):
         try:
             done = store.completed(self._variant)
         except CacheError as exc:
-            return self._serve_fresh(0, f"reading the cache at {store.path} failed: {exc}")
+            return self._serve_fresh(0, _read_failure(store, exc))
         self._written_before = cache.filler.stats.written
         planned: dict[int, np.ndarray] = {}  # request number -> rows planned as misses
         fresh_requests = []
@@ -579,7 +587,7 @@ class CachedBatchProducer(BackgroundProducer):
                     found = store.get_batch(idx, self._variant, buffer)
                 except CacheError as exc:
                     self._free.put(slot)
-                    return self._serve_fresh(k, f"reading the cache at {store.path} failed: {exc}")
+                    return self._serve_fresh(k, _read_failure(store, exc))
                 if store.state is StoreState.STALE:  # every sample reported missing
                     self._free.put(slot)
                     return self._serve_fresh(
@@ -767,6 +775,15 @@ class CachedBatchProducer(BackgroundProducer):
             self.stats.filled = cache._filler.stats.written - self._written_before
         if cache.store is not None:
             self.stats.state = cache.store.state.value
+
+
+def _read_failure(store: CacheStore, exc: CacheError) -> str:
+    """Why reading ``store`` failed: the store's message, which names the cache (a damaged
+    file: with the fix), else one that does."""
+    text = str(exc)
+    if isinstance(exc, DamagedCacheError) or text.startswith("reading the cache at "):
+        return text
+    return f"reading the cache at {store.path} failed: {text}"
 
 
 def _match(

@@ -151,7 +151,8 @@ class StaleCacheError(DataplaneError, cache.errors.StaleCacheError):
 
 class CacheWarning(UserWarning):
     """The loader's cache cannot serve or admit as configured (unwritable, disk full,
-    ``max_bytes`` reached, unreadable); the loader goes on with fresh samples. Also
+    ``max_bytes`` reached, unreadable, damaged: the message names the fix); the loader
+    goes on with fresh samples. Also
     issued when fewer ``variants`` than the cache holds leave records unused, and when
     a loader fills variants that another loader (or process) with fewer ``variants``
     left outside the cache's metadata."""

@@ -79,6 +79,45 @@ def fill_until_full(store: CacheStore, batch: int, variant: int = 0) -> int:
     return written
 
 
+# -- damaging a cache's file, as a failing disk or a careless copy would -----------------
+def flip(path: Path, offset: int, length: int = 64) -> None:
+    """Invert ``length`` bytes of the file ``path`` from ``offset``."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        data = f.read(length)
+        f.seek(offset)
+        f.write(bytes(b ^ 0xFF for b in data))
+
+
+def damage_record_pages(path: Path, index: int, variant: int) -> list[int]:
+    """Invert the page header (first 64 bytes) of every page of ``path/data.mdb`` holding
+    the record of ``(index, variant)``: the live leaf among them, and any stale copy.
+
+    No environment of ``path`` may be open in this process. Returns the page numbers.
+    """
+    import lmdb
+
+    from cache.record import pack_key
+
+    env = lmdb.open(str(path), readonly=True, lock=False, max_dbs=2, subdir=True)
+    try:
+        psize = int(env.stat()["psize"])
+        records = env.open_db(b"records", create=False)
+        with env.begin(db=records) as txn:
+            value = bytes(txn.get(pack_key(index, variant)))
+    finally:
+        env.close()
+    data = (path / "data.mdb").read_bytes()
+    pages = set()
+    start = data.find(value)
+    while start >= 0:
+        pages.add(start // psize)
+        start = data.find(value, start + 1)
+    for page in sorted(pages):
+        flip(path / "data.mdb", page * psize)
+    return sorted(pages)
+
+
 # -- child process entry points --------------------------------------------------------
 def fill_forever(path: str, batch: int, shape: tuple[int, ...]) -> None:
     """Fill variant 0 then 1 batch by batch, printing ``begin k`` / ``committed k``."""

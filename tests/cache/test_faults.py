@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -203,3 +204,130 @@ def test_path_that_is_a_file(tmp_path: Path) -> None:
         CacheStore(CacheConfig(tmp_path / "f"), helpers.identity())
     with pytest.raises(CacheError, match="no cache at"):
         CacheStore.open_existing(tmp_path / "missing")
+
+
+# -- a full disk is called full --------------------------------------------------------
+class _Statvfs:
+    """What ``os.statvfs`` says of a file system with ``free`` bytes left."""
+
+    def __init__(self, free: int) -> None:
+        self.f_frsize = 4096
+        self.f_bavail = free // 4096
+        self.f_flag = 0
+
+
+def _eio(txn: lmdb.Transaction) -> None:
+    txn.abort()
+    raise lmdb.Error("mdb_txn_commit: Input/output error")  # LMDB's report of a short write
+
+
+def test_an_io_error_on_a_full_disk_says_the_disk_is_full(
+    open_store: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store()
+    idx = np.arange(32)
+    store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+    monkeypatch.setattr(cache.env, "_commit", _eio)  # fault injection: the write fails...
+    monkeypatch.setattr(os, "statvfs", lambda path: _Statvfs(12288))  # ...on a full disk
+    more = np.arange(32, 64)
+    with pytest.raises(CacheError) as info:
+        store.put_batch(more, 0, helpers.images(more, 0), helpers.labels(more))
+    assert str(info.value) == (
+        f"writing to the cache at {store.path} failed: the disk holding {store.path} is full "
+        "(12288 bytes free; mdb_txn_commit: Input/output error); it stops admitting new "
+        "samples and keeps serving the 32 records it holds; free disk space, then reopen it "
+        "to fill again"
+    )
+    assert store.state is StoreState.FAILED
+    monkeypatch.undo()
+    assert helpers.check_batch(store, np.arange(64), 0) == 32  # nothing lost
+
+
+def test_an_io_error_with_room_to_spare_stays_an_io_error(
+    open_store: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store()
+    monkeypatch.setattr(cache.env, "_commit", _eio)
+    monkeypatch.setattr(os, "statvfs", lambda path: _Statvfs(1 << 40))
+    idx = np.arange(32)
+    with pytest.raises(CacheError) as info:
+        store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx))
+    assert "failed (mdb_txn_commit: Input/output error)" in str(info.value)
+    assert "is full" not in str(info.value) and "check the disk and permissions" in str(info.value)
+
+
+def test_creating_a_cache_on_a_full_disk_is_an_error_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "c"
+    monkeypatch.setattr(os, "statvfs", lambda path: _Statvfs(8192))
+    with pytest.raises(
+        CacheError,
+        match=rf"cannot create the cache at {path}: the disk holding {path} is full \(8192 bytes "
+        r"free, \d+ needed\); free disk space or choose another path",
+    ):
+        CacheStore(CacheConfig(path, max_bytes=16 << 20), helpers.identity())
+    assert not (path / "data.mdb").exists() and not (path / "lock.mdb").exists()
+
+
+_FILL_A_SMALL_DISK = """
+import json, sys
+import numpy as np
+from cache import CacheConfig, CacheError, CacheStore, verify
+from tests.cache import helpers
+
+root, shape = sys.argv[1], (3, 64, 64)  # 12 KiB records: 512 of them do not fit in 2 MiB
+store = CacheStore(CacheConfig(root + "/c", variants=1, max_bytes=64 << 20),
+                   helpers.identity(shape=shape))
+written, error = 0, None
+for start in range(0, 512, 32):
+    idx = np.arange(start, start + 32)
+    try:
+        written += store.put_batch(idx, 0, helpers.images(idx, 0, shape), helpers.labels(idx))
+    except CacheError as exc:
+        error = str(exc)
+        break
+out = {"written": written, "error": error, "state": store.state.value,
+       "served": helpers.check_batch(store, np.arange(512), 0)}
+store.close()
+try:  # a new cache on the full disk
+    CacheStore(CacheConfig(root + "/new", variants=1), helpers.identity()).close()
+    out["created"] = None
+except CacheError as exc:
+    out["created"] = str(exc)
+print(json.dumps(out))
+"""
+
+#: Runs its arguments in a private mount namespace on a fresh tmpfs of ``$1`` at ``$0``.
+_ON_A_TMPFS = 'mount -t tmpfs -o size="$1" tmpfs "$0" && shift && exec "$@"'
+
+
+def _on_a_tmpfs(where: Path, size: str, *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", _ON_A_TMPFS,
+         str(where), size, *command],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_a_real_full_disk_is_called_full(tmp_path: Path) -> None:
+    """On a real 2 MiB tmpfs (a private mount: root only): LMDB's EIO is called a full
+    disk, what was committed is served, and a new cache there is an error, not a crash."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("mounting a tmpfs needs root and unshare")
+    root = tmp_path / "small"
+    root.mkdir()
+    probe = _on_a_tmpfs(root, "1m", "true")
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {probe.stderr.strip()}")
+    proc = _on_a_tmpfs(root, "2m", sys.executable, "-c", _FILL_A_SMALL_DISK, str(root))
+    assert proc.returncode == 0, f"the child failed ({proc.returncode}): {proc.stderr[-3000:]}"
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["error"] is not None, out
+    assert re.search(
+        rf"writing to the cache at {root}/c failed: the disk holding {root}/c is full \(\d+ "
+        r"bytes free; .*\); it stops admitting .*; free disk space", out["error"]
+    ), out["error"]
+    assert out["state"] == "failed" and 0 < out["written"] < 512
+    assert out["served"] == out["written"]  # nothing committed is lost
+    assert out["created"] is not None and f"the disk holding {root}/new is full" in out["created"]

@@ -7,6 +7,9 @@ import hashlib
 import json
 import logging
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -24,6 +27,7 @@ import dataplane
 from cache import CacheStore, verify
 from dataplane import CacheConfig, CacheWarning, ConfigError, Loader, StaleCacheError
 from dataplane.sources import ImageFolderSource
+from tests.cache import helpers as cache_helpers
 from tests.dataplane.conftest import SMALL
 from tests.dataplane.helpers import batch_keys, decoded_keys, identity_recipe, pixel_key
 
@@ -745,6 +749,175 @@ def test_cli_build_into_an_unusable_path_exits_1(train_dir: Path, tmp_path: Path
     code, output = build_cli(train_dir, not_a_dir)
     assert code == 1
     assert "Error: " in output and "is not a directory" in output
+
+
+# -- a damaged, truncated or read-only cache: a clear message, fresh samples ------------
+def _damaged_pattern(path: Path) -> str:
+    return rf"the cache at {re.escape(str(path))} is damaged \(.*MDB_(CORRUPTED|PAGE_NOTFOUND)"
+
+
+def test_a_damaged_page_is_named_by_every_command_and_the_loader_serves_fresh(
+    train_dir: Path, tmp_path: Path
+) -> None:
+    from dataplane.cache_cli import cache_group
+    from dataplane.cli import main
+
+    path = tmp_path / "built"
+    code, output = build_cli(train_dir, path)
+    assert code == 0, output
+    assert cache_helpers.damage_record_pages(path, 150, 1), "a page of variant 1 is damaged"
+    damaged = _damaged_pattern(path)
+    fix = r"Rebuild it: CacheConfig\(.*, rebuild=True\), or `dataplane cache build --rebuild"
+    runner = CliRunner()
+    info = runner.invoke(cache_group, ["info", str(path)])
+    assert info.exit_code == 1 and isinstance(info.exception, SystemExit), info.output
+    assert re.search(rf"^Error: {damaged}.*{fix}", info.output), info.output
+    checked = runner.invoke(cache_group, ["verify", "--repair", "--no-progress", str(path)])
+    assert checked.exit_code == 1 and isinstance(checked.exception, SystemExit), checked.output
+    assert re.search(rf"^damaged    {damaged}.*{fix}", checked.output, re.M), checked.output
+    assert "repaired   nothing: deleting records cannot mend a damaged file" in checked.output
+    code, output = build_cli(train_dir, path)
+    assert code == 1 and re.search(rf"Error: {damaged}.*{fix}", output), output
+    # The loader serves variant 0 from the cache; variant 1 meets the damage: one warning
+    # naming the fix, and every sample fresh.
+    loader = Loader(
+        train_dir, batch_size=64, recipe="train", device="cpu",
+        cache=CacheConfig(path, variants=2, max_bytes=64 << 20),
+    )
+    assert sum(len(x) for x, _ in loader) == SMALL and loader.cache_stats.hits == SMALL
+    with pytest.warns(CacheWarning, match=rf"^{damaged}.*{fix}.*fresh samples$") as caught:
+        assert sum(len(x) for x, _ in loader) == SMALL
+    assert len([w for w in caught if issubclass(w.category, CacheWarning)]) == 1
+    assert (loader.cache_stats.hits, loader.cache_stats.fresh) == (0, SMALL)
+    assert sum(len(x) for x, _ in loader) == SMALL  # later passes: fresh, no error
+    loader.close()
+    iterated = runner.invoke(
+        main, ["iterate", str(train_dir), "--cache", str(path), "--variants", "2",
+               "--batch-size", "64", "--max-bytes", "64M", "--device", "cpu"],
+    )
+    assert iterated.exit_code == 0, iterated.output
+    assert re.search(rf"Warning: {damaged}", iterated.output), iterated.output
+    code, output = build_cli(train_dir, path, "--rebuild", "--json")
+    assert code == 0, output
+    assert json.loads(output)["records"] == 2 * SMALL
+    with CacheStore.open_existing(path) as store:
+        assert verify(store).clean
+
+
+def _dataplane(*args: str) -> subprocess.CompletedProcess[str]:
+    """The ``dataplane`` command in a child process (a crash fails the test, not the run)."""
+    return subprocess.run(
+        [sys.executable, "-m", "dataplane.cli", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+
+
+def _no_crash(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode >= 0, f"killed by {signal.Signals(-proc.returncode).name}"
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+_LOAD_TRUNCATED = """
+import json, sys, warnings
+from dataplane import CacheConfig, Loader
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    loader = Loader(sys.argv[1], batch_size=64, recipe="train", device="cpu",
+                    cache=CacheConfig(sys.argv[2], variants=2, max_bytes=64 << 20))
+    served = [sum(len(x) for x, _ in loader) for _ in range(2)]
+print(json.dumps({"served": served, "enabled": loader.cache_side.enabled,
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def test_a_truncated_cache_is_refused_by_every_command_and_the_loader_serves_fresh(
+    train_dir: Path, tmp_path: Path
+) -> None:
+    path, other = tmp_path / "built", tmp_path / "other"
+    code, output = build_cli(train_dir, path)
+    assert code == 0, output
+    shutil.copytree(path, other)
+    (other / "notes.txt").write_text("kept")
+    half = (path / "data.mdb").stat().st_size // 2
+    for where in (path, other):
+        os.truncate(where / "data.mdb", half)
+    truncated = (
+        rf"the cache at {re.escape(str(path))} is damaged \(its data.mdb is truncated: {half} "
+        r"bytes of \d+\)\. Rebuild it: CacheConfig\(.*rebuild=True\)"
+    )
+    build = ["cache", "build", str(train_dir), str(path), "--variants", "2", "--max-bytes",
+             "64M", "--batch-size", "64", "--device", "cpu", "--no-progress"]
+    for args in (["cache", "info", str(path)], ["cache", "verify", "--no-progress", str(path)],
+                 build):
+        proc = _dataplane(*args)
+        text = _no_crash(proc)
+        assert proc.returncode == 1 and re.search(rf"Error: {truncated}", text), (args, text)
+    proc = _dataplane("iterate", str(train_dir), "--cache", str(path), "--variants", "2",
+                      "--max-bytes", "64M", "--batch-size", "64", "--device", "cpu")
+    text = _no_crash(proc)
+    assert proc.returncode == 0 and re.search(rf"Warning: the cache is not used: {truncated}", text)
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOAD_TRUNCATED, str(train_dir), str(path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    _no_crash(proc)
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert loaded["served"] == [SMALL, SMALL] and not loaded["enabled"]
+    assert len(loaded["warnings"]) == 1
+    assert re.match(rf"the cache is not used: {truncated}", loaded["warnings"][0])
+    proc = _dataplane("cache", "clear", "--yes", str(other))
+    assert proc.returncode == 0 and "data.mdb and lock.mdb deleted" in _no_crash(proc)
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+    proc = _dataplane(*build, "--rebuild")
+    assert proc.returncode == 0, _no_crash(proc)
+    proc = _dataplane("cache", "verify", "--no-progress", str(path))
+    assert proc.returncode == 0 and f"complete   {2 * SMALL} / {2 * SMALL}" in _no_crash(proc)
+
+
+#: Bind-mounts ``$0`` read-only at ``$1`` in a private mount namespace, then runs the rest.
+_READ_ONLY_MOUNT = 'mount --bind "$0" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
+
+
+def test_cli_build_into_a_read_only_cache_builds_nothing_and_exits_1(
+    train_dir: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "built"
+    code, output = build_cli(train_dir, path)
+    assert code == 0, output
+    if os.geteuid() != 0:  # permissions apply: a directory this user may not write
+        where, why = path, "this user may not write its directory"
+        for p in (*path.iterdir(), path):
+            p.chmod(0o555 if p.is_dir() else 0o444)
+        try:
+            code, output = build_cli(train_dir, path, "--variants", "3")
+        finally:
+            for p in (path, *path.iterdir()):
+                p.chmod(0o755 if p.is_dir() else 0o644)
+    else:  # root writes anyway: a read-only bind mount (a private one, gone with the child)
+        if shutil.which("unshare") is None:
+            pytest.skip("a read-only mount needs unshare")
+        where, why = tmp_path / "ro", "the file system holding it is mounted read-only"
+        where.mkdir()
+        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   _READ_ONLY_MOUNT, str(path), str(where)]
+        probe = subprocess.run([*command, "true"], capture_output=True, text=True, timeout=60)
+        if probe.returncode != 0:
+            pytest.skip(f"cannot mount here: {probe.stderr.strip()}")
+        proc = subprocess.run(
+            [*command, sys.executable, "-m", "dataplane.cli", "cache", "build", str(train_dir),
+             str(where), "--variants", "3", "--max-bytes", "64M", "--batch-size", "64",
+             "--device", "cpu", "--no-progress"],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )
+        code, output = proc.returncode, _no_crash(proc)
+    assert code == 1, output
+    assert (
+        f"Error: the cache at {where} is read-only ({why}): nothing was built, and {SMALL} "
+        "samples of variant 2 are still missing. Make it writable, or build into another path"
+    ) in output
+    with CacheStore.open_existing(path) as store:
+        assert store.count() == 2 * SMALL and store.meta.variants == 2  # untouched
 
 
 def test_cached_loader_on_real_jpegs_at_224(opencv_jpegs: list[Path], tmp_path: Path) -> None:
