@@ -158,6 +158,16 @@ class CacheWarning(UserWarning):
     left outside the cache's metadata."""
 
 
+class EmptyClassWarning(UserWarning):
+    """Class folders of an :class:`~dataplane.sources.ImageFolderSource` hold no images.
+
+    They stay classes (labels and ``num_classes`` count them), as with torchvision's
+    ``ImageFolder(allow_empty=True)``, so that a split missing some classes (e.g. a
+    ``dataplane ingest --limit N`` one) keeps the labels of the others; the warning
+    names the folders.
+    """
+
+
 class MixedImageSizeWarning(UserWarning):
     """The images probed to infer a Loader's output ``size`` differ in size.
 

@@ -39,7 +39,13 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import xxhash
 
-from dataplane.errors import ConfigError, DatasetError, DatasetRootError, warn_user
+from dataplane.errors import (
+    ConfigError,
+    DatasetError,
+    DatasetRootError,
+    EmptyClassWarning,
+    warn_user,
+)
 
 #: File extensions treated as images by :class:`ImageFolderSource` (lower case).
 IMAGE_EXTENSIONS = frozenset(
@@ -52,16 +58,6 @@ SPLIT_NAMES = frozenset({"train", "val", "validation", "test"})
 
 #: The manifest ``dataplane ingest`` writes at the root of the dataset it writes.
 INGEST_MANIFEST = "ingest.json"
-
-
-class EmptyClassWarning(UserWarning):
-    """Class folders of an :class:`ImageFolderSource` hold no images.
-
-    They stay classes (labels and ``num_classes`` count them), as with torchvision's
-    ``ImageFolder(allow_empty=True)``, so that a split missing some classes (e.g. a
-    ``dataplane ingest --limit N`` one) keeps the labels of the others; the warning
-    names the folders.
-    """
 
 
 @runtime_checkable

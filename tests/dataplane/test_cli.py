@@ -377,6 +377,16 @@ def test_iterate_prints_skipped_samples_once_without_python_source(writable_copy
     assert "last_epoch_stats" not in result.output, "the Python API is not the CLI's"
 
 
+def test_iterate_prints_an_empty_class_folder_as_a_warning(writable_copy: Path) -> None:
+    (writable_copy / "zz_empty").mkdir()
+    result = CliRunner().invoke(
+        main, ["iterate", str(writable_copy), "--epochs", "1", "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Warning: class folder zz_empty") == 1, result.output
+    assert "EmptyClassWarning" not in result.output and ".py:" not in result.output
+
+
 def test_cache_info_says_full_when_the_writers_stopped_admitting(tmp_path: Path) -> None:
     from cache import CacheConfig, CacheStore, FillMode
     from tests.cache import helpers
