@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from placement.errors import ModelError
 from placement.service.errors import ServiceUnavailable
 
 #: Why a helper got no answer, and how to start the service.
@@ -62,7 +63,15 @@ def reload_model(client: Any, path: str | os.PathLike[str] | None = None) -> Any
         sent = os.fspath(path)
         if not os.path.isabs(sent) and os.path.exists(sent):
             sent = os.path.abspath(sent)
-    return client.sync(_call, client, "placement_reload_model", path=sent)
+    return client.sync(_reload_model, client, sent)
+
+
+async def _reload_model(client: Any, path: str | None) -> Any:
+    """Send ``placement_reload_model``; raise the scheduler's refusal as a ModelError."""
+    result = await _call(client, "placement_reload_model", path=path)
+    if isinstance(result, dict) and "refused" in result:
+        raise ModelError(str(result["refused"]))
+    return result
 
 
 def service_state(client: Any) -> Any:

@@ -115,17 +115,23 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
         """``placement_reload_model``: load a new model without a restart (in a thread).
 
         ``path`` is read on the scheduler: a relative one from the scheduler's working
-        directory (the error says so)."""
+        directory (the error says so). A model that cannot be loaded is answered with
+        ``{"refused": reason}``, which the client helper raises as a
+        :class:`~placement.errors.ModelError`, and logged on the scheduler as one line (a
+        raised error would print distributed's traceback there on every attempt); the
+        current model stays in use."""
         try:
             return await asyncio.to_thread(self._service().reload_model, path)
         except ModelError as exc:
-            if path is None or os.path.isabs(path):
-                raise
-            raise ModelError(
-                f"{exc} (the scheduler read the relative path {path!r} from its working "
-                f"directory {os.getcwd()}; give a path the scheduler can read, absolute "
-                "where the client's and the scheduler's directories differ)"
-            ) from exc
+            reason = str(exc)
+            if path is not None and not os.path.isabs(path):
+                reason += (
+                    f" (the scheduler read the relative path {path!r} from its working "
+                    f"directory {os.getcwd()}; give a path the scheduler can read, absolute "
+                    "where the client's and the scheduler's directories differ)"
+                )
+            logger.warning("placement: model not reloaded, the current one stays: %s", reason)
+            return {"refused": reason}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"service": self.service, "scheduler": None}

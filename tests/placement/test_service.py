@@ -1186,8 +1186,25 @@ def test_a_relative_model_path_is_read_by_the_scheduler_and_says_so(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     plugin = PlacementSchedulerPlugin(PlacementService(ServiceConfig(ssd_capacity_bytes=MiB)))
-    with pytest.raises(ModelError, match=rf"relative path 'model/' .*directory {tmp_path}"):
-        asyncio.run(plugin.handle_reload_model("model/"))
+    answer = asyncio.run(plugin.handle_reload_model("model/"))
+    assert re.search(rf"relative path 'model/' .*directory {tmp_path}", answer["refused"])
+
+
+def test_a_refused_reload_is_one_log_line_on_the_scheduler_and_a_model_error_on_the_client(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from placement.service import reload_model
+
+    plugin = PlacementSchedulerPlugin(PlacementService(ServiceConfig(ssd_capacity_bytes=MiB)))
+    missing = str(tmp_path / "missing")
+    with caplog.at_level(logging.WARNING, "placement.service.scheduler_plugin"):
+        answer = asyncio.run(plugin.handle_reload_model(missing))
+    assert "no model directory" in answer["refused"]
+    [record] = caplog.records
+    assert record.exc_info is None and "the current one stays" in record.getMessage()
+    client = FakeClient({"placement_reload_model": answer})
+    with pytest.raises(ModelError, match="no model directory"):
+        reload_model(client, missing)
 
 
 class FakeClient:
