@@ -166,9 +166,11 @@ class LeasedChooser:
         earlier runs (:meth:`Predictor.expected_size`), else ``unknown_size_bytes``."""
         with self._lock:
             predictor = self._predictor
-        return self._reserve(predictor, request)
+        return self.estimate_with(predictor, request)
 
-    def _reserve(self, predictor: Predictor, request: FileRequest) -> int:
+    def estimate_with(self, predictor: Predictor, request: FileRequest) -> int:
+        """Bytes to reserve for ``request`` by ``predictor`` (:meth:`estimate` uses the
+        chooser's own); for callers that remember estimates per predictor."""
         size = predictor.expected_size(request)
         return size if size is not None else self.unknown_size_bytes
 
@@ -208,7 +210,7 @@ class LeasedChooser:
             predictor = self._predictor
         if lease is None or self.clock() >= lease.expires_at:
             return self._fallback(request)
-        size = self._reserve(predictor, request)
+        size = self.estimate_with(predictor, request)
         pred = float(predictor.predict(request, size))
         signal = False
         with self._lock:

@@ -64,7 +64,7 @@ from placement.service.config import (
 from placement.service.errors import ServiceError, ServiceUnavailable
 from placement.service.lease import LeasedChooser, SyncTicket
 from placement.service.predictor import Predictor
-from placement.storage.store import TieredFileStore
+from placement.storage.store import TempFile, TieredFileStore
 from placement.tier import Tier
 
 logger = logging.getLogger(__name__)
@@ -132,18 +132,34 @@ class ServiceLink:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        #: Reservation of each live SSD file, with the predictor that estimated it.
+        self._estimates: dict[TempFile, tuple[Predictor, int]] = {}
 
     # ------------------------------------------------------------------ one renewal
     def usage(self) -> dict[str, int]:
-        """Bytes of live files now: committed on SSD (at least their expected size) and per tier."""
+        """Bytes of live files now: committed on SSD (at least their expected size) and per tier.
+
+        Each SSD file's reservation (:meth:`LeasedChooser.estimate`) is remembered with the
+        predictor that made it, so a renewal estimates only the files that are new since the
+        last one (or all of them once after a new model): the history lookups of a renewal
+        grow with the files created, not with every file still alive.
+        """
         committed = 0
         by_tier = {Tier.SSD: 0, Tier.HDD: 0}
         live = self.store.live_files()
+        predictor = self.chooser.predictor
+        known = self._estimates
+        estimates: dict[TempFile, tuple[Predictor, int]] = {}
         for handle in live:
             current = handle.stats.current_bytes
             by_tier[handle.tier] += current
             if handle.tier is Tier.SSD:
-                committed += max(current, self.chooser.estimate(handle.request))
+                entry = known.get(handle)
+                if entry is None or entry[0] is not predictor:
+                    entry = (predictor, self.chooser.estimate_with(predictor, handle.request))
+                estimates[handle] = entry
+                committed += max(current, entry[1])
+        self._estimates = estimates  # deleted files and files now on HDD are forgotten
         return {
             "ssd_committed_bytes": committed,
             "ssd_bytes": by_tier[Tier.SSD],

@@ -137,6 +137,7 @@ class TempFile:
         "fell_back",
         "file_id",
         "name",
+        "partial_pending",
         "path",
         "request",
         "sealed",
@@ -156,6 +157,9 @@ class TempFile:
         self.sealed = False
         self.deleted = False
         self.fell_back = False
+        #: A whole write began and has not renamed its ``.partial`` yet (it may be running,
+        #: or have failed): the one time a sealed file may have a ``.partial`` beside it.
+        self.partial_pending = False
 
     @property
     def partial_path(self) -> Path:
@@ -177,11 +181,50 @@ def frame_nbytes(frame: Buffer) -> int:
     return frame.nbytes if isinstance(frame, memoryview) else len(frame)
 
 
+#: Most frames one ``writev`` takes (Linux's ``IOV_MAX``).
+_IOV_MAX = 1024
+#: Largest write, in bytes, that goes out as one gathered ``writev``; larger ones are written
+#: frame by frame through a buffered file. On busy Dask workers a gathered write of a few
+#: hundred kilobytes (P2P shards) took about 20 microseconds less CPU than the buffered file,
+#: but one of several megabytes (spilled keys) took about 1.5 times as much.
+_GATHER_MAX_BYTES = 1 << 20
+
+
+def _nbytes(frame: Buffer) -> int:
+    """Bytes of a frame of any buffer type (``len`` of a memoryview counts its items)."""
+    if isinstance(frame, (bytes, bytearray)):
+        return len(frame)
+    return memoryview(frame).nbytes
+
+
 def _write_frames(fd: int, frames: Sequence[Buffer]) -> None:
-    """Write every frame to ``fd`` (the store's one low-level write; faults are injected here)."""
-    with open(fd, "wb", closefd=False) as fh:
-        fh.writelines(frames)
-        fh.flush()
+    """Write every frame to ``fd`` (the store's one low-level write; faults are injected here).
+
+    Up to :data:`_GATHER_MAX_BYTES` in at most :data:`_IOV_MAX` frames: one gathered write
+    (``writev``) straight from the frames, going on from the first byte not written after a
+    short write. Larger writes: through a buffered file, one ``write`` per large frame.
+    Errors are the ``OSError`` of the failing call.
+    """
+    pending = list(frames)
+    sizes = [_nbytes(f) for f in pending]
+    if len(pending) > _IOV_MAX or sum(sizes) > _GATHER_MAX_BYTES:
+        with open(fd, "wb", closefd=False) as fh:
+            fh.writelines(pending)
+            fh.flush()
+        return
+    start = 0
+    while start < len(pending):
+        written = got = os.writev(fd, pending[start:])
+        while start < len(pending) and written >= sizes[start]:
+            written -= sizes[start]
+            start += 1
+        if start == len(pending):
+            return
+        if got == 0:
+            raise OSError(errno.EIO, f"a write to descriptor {fd} made no progress")
+        # a short write: resume inside the frame it stopped in
+        pending[start] = memoryview(pending[start]).cast("B")[written:]
+        sizes[start] -= written
 
 
 class TieredFileStore:
@@ -457,6 +500,7 @@ class TieredFileStore:
 
     def _write_whole(self, handle: TempFile, frames: Sequence[Buffer]) -> None:
         partial = handle.partial_path
+        handle.partial_pending = True  # until the .partial is renamed
         fd = _open_creating_parents(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW)
         try:
             try:
@@ -467,6 +511,7 @@ class TieredFileStore:
         except BaseException:
             _unlink(partial)
             raise
+        handle.partial_pending = False
 
     def append(self, handle: TempFile, data: Data) -> int:
         """Append to a file that is being built up (P2P shuffle output); one write operation.
@@ -657,7 +702,13 @@ class TieredFileStore:
                 return None
             handle.deleted = True
             self._live.pop(handle.name, None)
-        for path in (handle.partial_path, handle.path):
+        # A sealed file's bytes are all under its name: its .partial was renamed (unless a
+        # whole write of it is running or failed), so only an unsealed one is looked for.
+        if handle.sealed and not handle.partial_pending:
+            paths: tuple[Path, ...] = (handle.path,)
+        else:
+            paths = (handle.partial_path, handle.path)
+        for path in paths:
             try:
                 _unlink(path)
             except OSError as exc:

@@ -721,6 +721,50 @@ def test_link_installs_leases_and_models_and_falls_back_when_the_scheduler_is_sl
     assert state["syncs"] == 3 and state["rtt_ms"]["n"] == 3
 
 
+class CountingPredictor(Predictor):
+    """Expects every file at twice its declared size, counting the estimates it makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.estimates = 0
+
+    def expected_size(self, request: FileRequest) -> int | None:
+        self.estimates += 1
+        declared = request.expected_size_bytes
+        return None if declared is None else 2 * declared
+
+
+def test_renewals_estimate_each_ssd_file_once_per_predictor(store: TieredFileStore) -> None:
+    chooser = LeasedChooser(unknown_size_bytes=5 * MiB)
+    first = CountingPredictor()
+    chooser.install_predictor(first)
+    link = ServiceLink(chooser, store, None, "tcp://w:1")
+    a = store.create("a", request(MiB), tier=Tier.SSD)
+    b = store.create("b", request(None), tier=Tier.SSD)
+    store.create("c", request(MiB), tier=Tier.HDD)  # HDD files reserve nothing
+    store.write(a, b"x" * (3 * MiB))  # grown past its estimate: counts its size
+    expected = 3 * MiB + 5 * MiB
+    assert link.usage()["ssd_committed_bytes"] == expected
+    assert first.estimates == 2
+    assert link.usage()["ssd_committed_bytes"] == expected  # the next renewal asks no one
+    assert first.estimates == 2
+    d = store.create("d", request(MiB), tier=Tier.SSD)
+    assert link.usage()["ssd_committed_bytes"] == expected + 2 * MiB
+    assert first.estimates == 3  # only the new file
+    store.delete(d)
+    assert link.usage()["ssd_committed_bytes"] == expected
+    assert list(link._estimates) == [a, b]  # deleted files are forgotten
+
+    second = CountingPredictor()
+    chooser.install_predictor(second)  # a new model estimates every file again, once
+    assert link.usage()["ssd_committed_bytes"] == expected
+    assert link.usage()["ssd_committed_bytes"] == expected
+    assert second.estimates == 2 and first.estimates == 3
+    assert link.usage()["ssd_committed_bytes"] == sum(
+        max(h.stats.current_bytes, chooser.estimate(h.request)) for h in (a, b)
+    )
+
+
 def test_link_keeps_its_model_when_the_payload_is_bad(store: TieredFileStore) -> None:
     chooser = LeasedChooser()
 
@@ -1104,9 +1148,7 @@ def test_bad_policy_options_name_their_key(env: dict, match: str) -> None:
 def test_unknown_placement_keys_are_named_with_the_known_ones(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    env = env_config(
-        SSD_CAPACITY="1GiB", OCCUPANCY_BASIS="after", SERVICE__SYNC_INTERVALL="1s"
-    )
+    env = env_config(SSD_CAPACITY="1GiB", OCCUPANCY_BASIS="after", SERVICE__SYNC_INTERVALL="1s")
     with dask.config.set(env), caplog.at_level(logging.WARNING, "placement.service.config"):
         ServiceConfig.from_dask_config()
     text = "\n".join(r.getMessage() for r in caplog.records)

@@ -234,6 +234,64 @@ def test_read_range_reads_past_a_short_pread(
     assert handle.stats.read_ops == 1 and handle.stats.read_bytes == 1000
 
 
+def test_gathered_writes_go_on_after_short_writes(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a file system may take fewer bytes than asked (Linux: ~2 GiB per call); here every
+    # gathered write takes at most 5 bytes, and frames of other formats than bytes (a
+    # memoryview of doubles) count by their bytes
+    doubles = memoryview(bytearray(range(16))).cast("d")
+    frames = [b"head", b"", doubles, bytearray(b"0123456789")] + [b"%03d" % i for i in range(9)]
+    expected = b"".join(bytes(f) for f in frames)
+    real_writev = os.writev
+    calls = []
+
+    def short_writev(fd: int, buffers: list) -> int:
+        calls.append(len(buffers))
+        head, budget = [], 5
+        for b in buffers:
+            view = memoryview(b).cast("B")[:budget]
+            head.append(view)
+            budget -= len(view)
+        return real_writev(fd, head)
+
+    monkeypatch.setattr(store_module.os, "writev", short_writev)
+    handle = store.create("k", request())
+    assert store.write(handle, frames) == len(expected)
+    shard = store.create("shuffle-2/0", request(FileKind.SHUFFLE))
+    store.append(shard, frames)
+    store.append(shard, [b"tail"])
+    monkeypatch.undo()
+    assert bytes(store.read(handle)) == expected
+    assert bytes(store.read(shard)) == expected + b"tail"
+    assert calls[0] == len(frames) and len(calls) == 2 * -(-len(expected) // 5) + 1
+
+
+@pytest.mark.parametrize("limit", ["_IOV_MAX", "_GATHER_MAX_BYTES"])
+def test_large_writes_go_frame_by_frame(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    frames = [b"%03d" % i for i in range(20)]
+    monkeypatch.setattr(store_module, limit, 19)  # 20 frames, 60 bytes: past either limit
+    gathered = []
+    monkeypatch.setattr(store_module.os, "writev", lambda fd, b: gathered.append(b) or 0)
+    handle = store.create("k", request())
+    assert store.write(handle, frames) == 60
+    monkeypatch.undo()
+    assert gathered == [] and bytes(store.read(handle)) == b"".join(frames)
+
+
+def test_a_write_that_makes_no_progress_fails_instead_of_spinning(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module.os, "writev", lambda fd, buffers: 0)
+    handle = store.create("k", request())
+    with pytest.raises(TierIOError, match="made no progress") as info:
+        store.write(handle, [b"", b"data"])
+    assert info.value.errno == errno.EIO
+    assert not handle.partial_path.exists() and not handle.path.exists()
+
+
 def test_rewrite_keeps_the_largest_size(store: TieredFileStore) -> None:
     handle = store.create("k", request())
     store.write(handle, b"x" * 100)
@@ -340,6 +398,52 @@ def stuck_unlink(monkeypatch: pytest.MonkeyPatch) -> None:
         real(path)
 
     monkeypatch.setattr(store_module, "_unlink", unlink)
+
+
+def test_deleting_a_sealed_file_looks_for_no_partial_unless_a_rewrite_left_one(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_unlink, real_write = store_module._unlink, store_module._write_frames
+    removed: list[str] = []
+
+    def unlink(path: Path) -> None:
+        removed.append(path.name)
+        if path.name == "torn.partial" and len(removed) == 1:  # the rewrite's own cleanup
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        real_unlink(path)
+
+    written = store.create("whole", request())
+    store.write(written, b"data")
+    appended = store.create("shuffle-3/0", request(FileKind.SHUFFLE))
+    store.append(appended, b"part")
+    sealed = store.create("shuffle-3/1", request(FileKind.SHUFFLE))
+    store.append(sealed, b"part")
+    store.read(sealed)
+    torn = store.create("torn", request())
+    store.write(torn, b"old bytes")  # sealed; its rewrite fails and leaves a .partial
+
+    def failing(fd: int, frames: list) -> None:
+        os.write(fd, b"ne")
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(store_module, "_write_frames", failing)
+    monkeypatch.setattr(store_module, "_unlink", unlink)
+    with pytest.raises(OSError):
+        store.write(torn, b"new bytes")
+    monkeypatch.setattr(store_module, "_write_frames", real_write)
+    assert torn.partial_path.exists() and bytes(store.read(torn)) == b"old bytes"
+    for handle in (written, appended, sealed, torn):
+        store.delete(handle)
+    assert removed == [
+        "torn.partial",  # the failed rewrite's cleanup
+        "whole",
+        "0.partial",
+        "0",
+        "1",
+        "torn.partial",
+        "torn",
+    ]
+    assert files_under(store.roots[Tier.HDD]) == []
 
 
 @pytest.mark.usefixtures("stuck_unlink")
