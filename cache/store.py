@@ -1619,28 +1619,14 @@ def reset_cache(path: str | os.PathLike[str]) -> int:
 
 
 def remove_damaged(path: str | os.PathLike[str]) -> list[str]:
-    """Delete the ``data.mdb`` and ``lock.mdb`` of the damaged cache at ``path``, nothing else.
+    """:func:`cache.env.remove_files` for a cache directory given as any path: delete the
+    ``data.mdb`` and ``lock.mdb`` of the damaged cache at ``path``, nothing else.
 
-    For a cache that raised :class:`~cache.errors.DamagedCacheError` (truncated, not a
-    valid LMDB file, a damaged page) and whose records cannot be cleared:
-    ``dataplane cache clear`` falls back to it. The next :class:`CacheStore` opened
-    there creates the cache anew (``CacheConfig(path, rebuild=True)`` does this itself).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The cache directory.
-
-    Returns
-    -------
-    list of str
-        The names of the files deleted.
-
-    Raises
-    ------
-    CacheError
-        If ``path`` is not a directory, this process still has the cache open, or a file
-        cannot be deleted.
+    For a cache that raised :class:`~cache.errors.DamagedCacheError` and whose records
+    cannot be cleared: ``dataplane cache clear`` falls back to it, and the next
+    :class:`CacheStore` opened there creates the cache anew. Returns the names of the
+    files deleted; raises :class:`CacheError` if ``path`` is not a directory, or as
+    :func:`~cache.env.remove_files` does.
     """
     where = Path(path)
     if not where.is_dir():
