@@ -94,7 +94,7 @@ from logs_analysis.formats import LogFormat, discover, resolved_path
 from logs_analysis.histogram import LOG_HI, LOG_LO
 from logs_analysis.issues import SKIPPED_INPUT_REASONS
 from logs_analysis.readers import plan
-from placement.cost import CostModel, focus_budget_index
+from placement.cost import FIELD_MEANINGS, CostModel, focus_budget_index
 
 __all__ = [
     "COST_MODEL_FIELDS",
@@ -419,17 +419,8 @@ def _fmt_value(v: Any) -> str:
 
 
 #: What each :class:`placement.cost.CostModel` field is and its unit, for the report's table
-#: (a field missing here is shown by its name).
-COST_MODEL_FIELDS: dict[str, tuple[str, str]] = {
-    "ssd_usd_per_gb_month": ("SSD capacity", "US dollars per GB-month"),
-    "hdd_usd_per_gb_month": ("HDD capacity", "US dollars per GB-month"),
-    "hdd_iops_per_drive": ("random operations one HDD serves", "operations per second"),
-    "hdd_drive_usd": ("price of one HDD", "US dollars"),
-    "hdd_amortization_months": ("HDD written off over", "months"),
-    "hdd_drive_capacity_bytes": ("capacity of one HDD", "bytes"),
-    "ssd_usd_per_tb_written": ("SSD wear (0: not priced)", "US dollars per TB written"),
-    "hdd_bytes_per_s": ("HDD sequential transfer rate", "bytes per second"),
-}
+#: (a field missing there is shown by its name).
+COST_MODEL_FIELDS = FIELD_MEANINGS
 
 
 def _fmt_secs(v: Any) -> str:

@@ -92,6 +92,7 @@ from placement.errors import PlacementConfigError
 
 __all__ = [
     "DEFAULT_BUDGETS",
+    "FIELD_MEANINGS",
     "FOCUS_BUDGET",
     "GB",
     "SECONDS_PER_MONTH",
@@ -117,6 +118,18 @@ DEFAULT_BUDGETS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.10, 0.20)
 #: The budget that the placement goals and every one-budget summary (the evaluation's
 #: by-kind table, the report's headline and by-kind chart) single out: 5% of peak live bytes.
 FOCUS_BUDGET = 0.05
+
+#: What each :class:`CostModel` field is and its unit (reports' tables, ``--price``'s help).
+FIELD_MEANINGS: dict[str, tuple[str, str]] = {
+    "ssd_usd_per_gb_month": ("SSD capacity", "US dollars per GB-month"),
+    "hdd_usd_per_gb_month": ("HDD capacity", "US dollars per GB-month"),
+    "hdd_iops_per_drive": ("random operations one HDD serves", "operations per second"),
+    "hdd_drive_usd": ("price of one HDD", "US dollars"),
+    "hdd_amortization_months": ("HDD written off over", "months"),
+    "hdd_drive_capacity_bytes": ("capacity of one HDD", "bytes"),
+    "ssd_usd_per_tb_written": ("SSD wear (0: not priced)", "US dollars per TB written"),
+    "hdd_bytes_per_s": ("HDD sequential transfer rate", "bytes per second"),
+}
 
 
 def focus_budget_index(budgets: Sequence[float]) -> int:

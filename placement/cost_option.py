@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
-from placement.cost import CostModel, with_prices
+from placement.cost import FIELD_MEANINGS, CostModel, with_prices
 from placement.errors import PlacementConfigError
 
 __all__ = ["price_option"]
@@ -44,9 +44,7 @@ def price_option(func: F) -> F:
         callback=_parse,
         help="Change one price of the cost model, in its unit (repeatable), e.g. "
         "ssd_usd_per_gb_month=0.10 or hdd_iops_per_drive=200. Fields: "
-        "ssd_usd_per_gb_month, hdd_usd_per_gb_month (US dollars per GB-month), "
-        "hdd_iops_per_drive (operations per second), hdd_drive_usd (US dollars), "
-        "hdd_amortization_months, hdd_drive_capacity_bytes (bytes), ssd_usd_per_tb_written "
-        "(US dollars per TB written; 0: wear not priced), hdd_bytes_per_s (bytes per "
-        'second; none: transfer not priced). Default: public list prices (README, "Prices").',
+        + "; ".join(f"{name} ({unit})" for name, (_, unit) in FIELD_MEANINGS.items())
+        + ". ssd_usd_per_tb_written=0 leaves wear out, hdd_bytes_per_s=none transfer time. "
+        'Default: public list prices (README, "Prices").',
     )(func)
