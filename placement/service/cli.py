@@ -263,6 +263,8 @@ def _serve(
         )
     except PlacementError as exc:
         raise click.UsageError(str(exc)) from exc
+    if options.model is not None:
+        _check_model(options.model, from_option=model_dir is not None)
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
     try:
         with service_cluster(options) as cluster, Client(cluster) as client:
@@ -282,6 +284,30 @@ def _serve(
         )
     except PlacementError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _check_model(path: str, *, from_option: bool) -> None:
+    """Refuse a model that cannot be loaded before any process starts.
+
+    The scheduler would refuse it too, but only after the cluster has started, with its own
+    log line beside the error: this check gives one message naming where the path came from
+    (``--model`` or the ``placement.model`` config key) and exits with click's status (2 for
+    an option, 1 for the config).
+    """
+    from placement.errors import ModelError
+    from placement.model import ModelSet
+    from placement.service.config import MODEL_KEY
+    from placement.storage.config import env_name
+
+    try:
+        ModelSet.load(path)
+    except ModelError as exc:
+        if from_option:
+            raise click.BadParameter(str(exc), param_hint="'--model'") from exc
+        raise click.ClickException(
+            f"{MODEL_KEY}={path!r} (Dask config, or {env_name(MODEL_KEY)}) cannot be loaded: "
+            f"{exc}; or unset it to serve without a model"
+        ) from exc
 
 
 def _demo(client: Any, options: Any, partitions: int, rows: int, as_json: bool) -> None:

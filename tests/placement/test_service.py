@@ -1087,6 +1087,35 @@ def test_serve_refusing_its_options_leaves_no_temporary_directory(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_serve_refuses_a_model_it_cannot_load_before_starting_a_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from click.testing import CliRunner
+
+    from placement.service.cli import serve_command
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    missing = tmp_path / "no-model"
+    res = CliRunner().invoke(serve_command, ["--demo", "--model", str(missing)])
+    # the option is named, once, and no cluster started (its log line would say "not started")
+    assert res.exit_code == 2, res.output
+    assert "Invalid value for '--model'" in res.output and str(missing) in res.output
+    assert res.output.count("no model directory") == 1
+    assert "not started" not in res.output
+    assert list(scratch.iterdir()) == []
+    # from Dask config: the key and its environment variable are named instead
+    with dask.config.set({"placement.model": str(missing)}):
+        res = CliRunner().invoke(serve_command, ["--demo"])
+    assert res.exit_code == 1, res.output
+    assert "placement.model=" in res.output and "DASK_PLACEMENT__MODEL" in res.output
+    assert "--model" not in res.output
+    assert list(scratch.iterdir()) == []
+
+
 def test_serve_removes_its_temporary_directory_but_the_logs_in_it(tmp_path: Path) -> None:
     from placement.service.cli import remove_scratch
 
