@@ -13,6 +13,13 @@ the worker plugin) and on :meth:`LogWriter.close`. A flush that fails keeps its 
 buffered for the next attempt. A row that does not fit the schema is dropped alone (and
 counted in :attr:`LogWriter.rows_dropped`); the other rows of its flush are written.
 
+While flushes fail (a full or failing log disk), a full buffer no longer makes every new row
+retry: retries wait ``max_interval_s`` seconds (or the worker's periodic flush), the first
+failure is logged with its traceback and later ones as one line at most once a minute, and
+the buffer is bounded by ``max_buffered_rows``: past it the oldest rows are discarded and
+counted in :attr:`LogWriter.rows_lost`, so a worker's memory does not grow without bound
+while its log disk is full.
+
 What a dead worker loses
 ------------------------
 A Dask worker flushes its buffered rows every ``flush_interval_s`` seconds (5 by default,
@@ -80,6 +87,10 @@ class LogWriter:
         Flush when this many rows are buffered (default 2000).
     max_interval_s : float, optional
         Flush when a row arrives this many seconds after the last flush (default 30).
+    max_buffered_rows : int, optional
+        Most rows kept while flushes fail (default ``50 * max_rows``, about 50 MB of rows
+        at the default ``max_rows``); past it the oldest are discarded and counted in
+        :attr:`rows_lost`.
     clock : callable, optional
         Monotonic clock in seconds, for the interval.
     """
@@ -91,10 +102,17 @@ class LogWriter:
         prefix: str | None = None,
         max_rows: int = 2000,
         max_interval_s: float = 30.0,
+        max_buffered_rows: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows={max_rows!r} must be a positive int")
+        if max_buffered_rows is None:
+            max_buffered_rows = 50 * max_rows if isinstance(max_rows, int) else 0
+        if not isinstance(max_buffered_rows, int) or max_buffered_rows < max_rows:
+            raise ValueError(
+                f"max_buffered_rows={max_buffered_rows!r} must be an int >= max_rows ({max_rows})"
+            )
         if not (isinstance(max_interval_s, (int, float)) and max_interval_s > 0):
             raise ValueError(
                 f"max_interval_s={max_interval_s!r} must be a positive number of seconds"
@@ -113,6 +131,7 @@ class LogWriter:
         self.prefix = prefix
         self.max_rows = max_rows
         self.max_interval_s = float(max_interval_s)
+        self.max_buffered_rows = max_buffered_rows
         self._clock = clock
         self._rows: list[Mapping[str, Any]] = []
         self._lock = threading.Lock()
@@ -121,10 +140,15 @@ class LogWriter:
         self._seq = 0
         self._records = 0
         self._closed = False
+        self._failing = False  # the last flush failed: a full buffer waits for the interval
+        self._failure_logged_at: float | None = None
         #: Rows written to files so far.
         self.rows_written = 0
         #: Rows dropped at a flush because they do not fit the log schema.
         self.rows_dropped = 0
+        #: Rows discarded, oldest first, because flushes kept failing and the buffer
+        #: reached ``max_buffered_rows``.
+        self.rows_lost = 0
         #: Files written so far.
         self.files: list[Path] = []
 
@@ -140,7 +164,12 @@ class LogWriter:
             if self._closed:
                 raise LogWriteError(f"log writer {self.prefix} is closed")
             self._rows.append(row)
-            due = len(self._rows) >= self.max_rows or (
+            if len(self._rows) > self.max_buffered_rows:  # flushes keep failing: oldest go
+                del self._rows[0]
+                self.rows_lost += 1
+            # after a failed flush a full buffer waits for the interval: retrying at every
+            # row would rebuild the whole buffer's table per row while the disk is full
+            due = (len(self._rows) >= self.max_rows and not self._failing) or (
                 self._clock() - self._last_flush >= self.max_interval_s
             )
         if due:
@@ -170,11 +199,34 @@ class LogWriter:
     def _flush_logged(self) -> Path | None:
         try:
             return self.flush()
-        except LogWriteError:
-            logger.exception("writing placement log rows failed; they stay buffered")
-        except Exception:  # a log must never fail the task that adds a row
-            logger.exception("flushing placement log rows failed")
+        except Exception as exc:  # a log must never fail the task that adds a row
+            self._log_failure(exc)
         return None
+
+    def _log_failure(self, exc: Exception) -> None:
+        """The first failure of a streak with its traceback; later ones as one line, at
+        most once a minute (a worker's periodic flush retries every few seconds)."""
+        now = self._clock()
+        if self._failure_logged_at is None:
+            what = "writing" if isinstance(exc, LogWriteError) else "flushing"
+            logger.error(
+                "%s placement log rows failed; they stay buffered (at most %d) and the "
+                "writer retries every %.0f s",
+                what,
+                self.max_buffered_rows,
+                self.max_interval_s,
+                exc_info=exc,
+            )
+        elif now - self._failure_logged_at >= 60.0:
+            logger.warning(
+                "placement log rows still cannot be written (%s); %d buffered, %d lost so far",
+                exc,
+                self.pending,
+                self.rows_lost,
+            )
+        else:
+            return
+        self._failure_logged_at = now
 
     @property
     def pending(self) -> int:
@@ -234,6 +286,11 @@ class LogWriter:
                     pass
                 with self._lock:
                     self._rows[:0] = rows
+                    self._failing = True
+                    excess = len(self._rows) - self.max_buffered_rows
+                    if excess > 0:  # bounded memory: the oldest rows go first
+                        del self._rows[:excess]
+                        self.rows_lost += excess
                 if not isinstance(exc, (OSError, pa.ArrowException)):
                     raise
                 message = f"writing log file {final} failed: {exc}"
@@ -242,6 +299,14 @@ class LogWriter:
                 raise LogWriteError(message) from exc
             self.rows_written += len(rows)
             self.files.append(final)
+            with self._lock:
+                recovered = self._failing
+                self._failing = False
+            if recovered and self._failure_logged_at is not None:
+                logger.warning(
+                    "placement log rows are written again (%d lost while failing)", self.rows_lost
+                )
+            self._failure_logged_at = None
             return final
 
     def _drop_bad_rows(

@@ -183,6 +183,8 @@ class ServiceLink:
                 "store_fallbacks": self.store.fallbacks,
                 "orphans_removed": self.store.orphans_removed,
                 "rows_dropped": self.store.rows_dropped,
+                # rows a log writer discarded while its disk refused them (LogWriter.rows_lost)
+                "log_rows_lost": getattr(self.store.sink, "rows_lost", 0),
                 "link_failures": self.failures,
             },
         }

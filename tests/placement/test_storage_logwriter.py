@@ -194,6 +194,50 @@ def test_failed_flush_keeps_rows_and_leaves_no_torn_file(
     assert read_logs(tmp_path).table.num_rows == 2
 
 
+def test_while_the_log_disk_is_full_rows_wait_for_the_interval_in_a_bounded_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [0.0]
+    writer = LogWriter(
+        tmp_path, max_rows=4, max_interval_s=10, max_buffered_rows=20, clock=lambda: now[0]
+    )
+    attempts = []
+
+    def full(table: object, where: object, **kw: object) -> None:
+        attempts.append(len(table))  # type: ignore[arg-type]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", full)
+    with caplog.at_level(logging.WARNING, logger="placement.logwriter"):
+        for i in range(50):  # one row per deleted file, the disk full throughout
+            writer.add(row(i))
+    # one attempt when the buffer filled, none per later row (no table rebuilt per row)
+    assert attempts == [4], attempts
+    assert [r.exc_info is not None for r in caplog.records] == [True], "one traceback"
+    # memory stays bounded: the oldest rows go first, counted
+    assert writer.pending == 20 and writer.rows_lost == 30
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="placement.logwriter"):
+        now[0] = 11.0  # the interval has passed: the next row retries, and fails again
+        writer.add(row(50))
+        assert attempts[-1] == 20 and writer.pending == 20 and writer.rows_lost == 31
+        assert caplog.records == [], "a later failure within a minute is not logged again"
+        now[0] = 80.0
+        assert writer.maybe_flush(min_age_s=0) is None
+        assert "still cannot be written" in caplog.text and "31 lost" in caplog.text
+    monkeypatch.undo()  # the disk has room again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="placement.logwriter"):
+        assert writer.maybe_flush(min_age_s=0) is not None
+    assert "written again (31 lost" in caplog.text
+    kept = read_logs(tmp_path).table["file_id"].to_pylist()
+    assert kept == [f"f{i}" for i in range(31, 51)], "the newest rows, in order"
+    for i in range(4):  # and a full buffer flushes at once again
+        writer.add(row(100 + i))
+    assert writer.pending == 0
+    writer.close()
+
+
 def test_rows_arriving_while_close_flushes_are_refused_and_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -324,5 +368,7 @@ def test_options_are_validated(tmp_path: Path) -> None:
         LogWriter(tmp_path, max_rows=0)
     with pytest.raises(ValueError, match="max_interval_s"):
         LogWriter(tmp_path, max_interval_s=-1)
+    with pytest.raises(ValueError, match="max_buffered_rows"):
+        LogWriter(tmp_path, max_rows=10, max_buffered_rows=5)
     with pytest.raises(ValueError, match="prefix"):
         LogWriter(tmp_path, prefix="../x")
