@@ -191,8 +191,9 @@ class ModelParams:
     def __post_init__(self) -> None:
         for name in ("n_estimators", "num_leaves", "min_data_in_leaf"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < (2 if name == "num_leaves" else 1):
-                raise ValueError(f"ModelParams {name}={value!r} must be a positive int")
+            least = 2 if name == "num_leaves" else 1
+            if not isinstance(value, int) or value < least:
+                raise ValueError(f"ModelParams {name}={value!r} must be an int >= {least}")
         for name in ("learning_rate", "feature_fraction", "bagging_fraction"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1:

@@ -191,8 +191,9 @@ class LeasedChooser:
             return self._fallback(request)
         finally:
             elapsed = time.perf_counter_ns() - start
-            self._latency[self._n_latency % LATENCY_SAMPLES] = elapsed
-            self._n_latency += 1
+            with self._lock:  # choose runs on worker and executor threads at once
+                self._latency[self._n_latency % LATENCY_SAMPLES] = elapsed
+                self._n_latency += 1
 
     def _fallback(self, request: FileRequest) -> Tier:
         try:

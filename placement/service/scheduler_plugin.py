@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 from typing import Any
@@ -17,6 +18,10 @@ from placement.service.service import PlacementService
 from placement.storage.config import env_name
 
 logger = logging.getLogger(__name__)
+
+#: Keys of a ``placement_sync`` report that :meth:`PlacementService.sync` takes; a report
+#: with others (from a newer worker) is served on these, the others ignored with a warning.
+_SYNC_KEYS = frozenset(inspect.signature(PlacementService.sync).parameters) - {"self"}
 
 PLUGIN_NAME = "placement-service"
 #: Scheduler handlers the plugin adds: message op -> method name.
@@ -59,6 +64,7 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
             raise TypeError(f"service must be a PlacementService, got {type(service).__name__}")
         self.service = service
         self.scheduler: Any = None
+        self._unknown_logged = False
 
     async def start(self, scheduler: Any) -> None:
         if self.service is None:
@@ -96,6 +102,17 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
     async def handle_sync(self, **message: Any) -> dict[str, Any]:
         """``placement_sync``: a worker's report; answers its new lease, or
         ``{"refused": reason}`` to a worker the scheduler has removed."""
+        unknown = message.keys() - _SYNC_KEYS
+        if unknown:  # a newer worker's report: what this scheduler knows of it still counts
+            if not self._unknown_logged:
+                logger.warning(
+                    "placement_sync from %s has keys this scheduler does not know (%s); "
+                    "ignoring them (a newer dataplane on the workers? upgrade the scheduler's)",
+                    message.get("worker"),
+                    ", ".join(sorted(unknown)),
+                )
+                self._unknown_logged = True
+            message = {k: v for k, v in message.items() if k in _SYNC_KEYS}
         try:
             return self._service().sync(**message)
         except WorkerRemoved as exc:

@@ -304,11 +304,14 @@ class TieredFileStore:
         self._lock_fds: list[int] = []
         self.roots: dict[Tier, Path] = {}
         dirname = f"{STORE_PREFIX}{self.host}-{os.getpid()}-{token}"
-        for tier, directory in tier_dirs.items():
-            self._lock_fds.append(_take_lock(directory, dirname))
-            root = directory / dirname
-            root.mkdir()
-            self.roots[tier] = root
+        try:
+            for tier, directory in tier_dirs.items():
+                self._lock_fds.append(_take_lock(directory, dirname))
+                self.roots[tier] = directory / dirname  # locked: released below on failure
+                self.roots[tier].mkdir()
+        except BaseException:  # nothing of a store that never started is left behind
+            self._release()
+            raise
 
     # ------------------------------------------------------------------ lifecycle
     def cleanup_orphans(self) -> int:
@@ -718,7 +721,8 @@ class TieredFileStore:
             try:
                 self.sink.add(row)
             except Exception:
-                self.rows_dropped += 1
+                with self._lock:  # deletes run on several threads
+                    self.rows_dropped += 1
                 logger.exception("log sink %r refused the row of %r", self.sink, handle.name)
         return row
 

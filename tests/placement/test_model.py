@@ -159,6 +159,8 @@ def test_untrained_and_misshapen_inputs() -> None:
         DensityModel().predict(np.zeros(len(FEATURE_COLUMNS)))
     with pytest.raises(ValueError, match="learning_rate"):
         ModelParams(learning_rate=2.0)
+    with pytest.raises(ValueError, match=r"num_leaves=1 must be an int >= 2"):
+        ModelParams(num_leaves=1)  # LightGBM's least; "positive" would call 1 valid
 
 
 def test_wrong_feature_shape(model: DensityModel) -> None:

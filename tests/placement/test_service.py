@@ -574,6 +574,27 @@ def test_scheduler_plugin_refuses_renewals_of_a_removed_worker() -> None:
     assert plugin.service.ledger.share("w").used == 10
 
 
+def test_a_renewal_from_a_newer_worker_is_served_on_the_keys_the_scheduler_knows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    scheduler = HandlerTable()
+    plugin = PlacementSchedulerPlugin(PlacementService(ServiceConfig(ssd_capacity_bytes=MiB)))
+
+    async def main() -> list[dict]:
+        await plugin.start(scheduler)
+        sync = scheduler.handlers["placement_sync"]
+        replies = [await sync(worker="w", used_bytes=10, compressed_bytes=3) for _ in range(2)]
+        await plugin.close()
+        return replies
+
+    with caplog.at_level(logging.WARNING, logger="placement.service.scheduler_plugin"):
+        replies = asyncio.run(main())
+    assert all("allowance" in r for r in replies), replies
+    assert plugin.service.ledger.share("w").used == 10
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "compressed_bytes" in warned[0], "named, once"
+
+
 def test_scheduler_plugin_with_a_service_pickles_for_register_plugin() -> None:
     service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB))
     service.sync(worker="w", used_bytes=10)

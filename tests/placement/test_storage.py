@@ -189,6 +189,30 @@ def test_store_rejects_bad_configuration(tmp_path: Path) -> None:
         TieredFileStore(ssd_dir=tmp_path / "file" / "ssd", hdd_dir=tmp_path / "b")
 
 
+def test_a_store_that_fails_to_start_leaves_nothing_in_either_tier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = store_module._take_lock
+    calls = []
+
+    def second_fails(directory: Path, dirname: str, **kw: Any) -> int:
+        calls.append(directory)
+        if len(calls) == 2:
+            raise StorageError(f"could not lock {directory}")
+        return real(directory, dirname, **kw)
+
+    monkeypatch.setattr(store_module, "_take_lock", second_fails)
+    with pytest.raises(StorageError, match="could not lock"):
+        TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd")
+    assert len(calls) == 2
+    assert files_under(tmp_path) == [] and list((tmp_path / "ssd").iterdir()) == [], (
+        "the first tier's lock file and directory are removed"
+    )
+    monkeypatch.undo()
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd") as store:
+        assert store.cleanup_orphans() == 0
+
+
 # ---------------------------------------------------------------------- counting and rows
 def test_write_read_delete_counts_and_emits_one_schema_row(
     store: TieredFileStore, sink: ListSink
