@@ -35,10 +35,13 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainers.errors import TrainerConfigError, TrainerDataError
 from trainers.schedule import Schedule
+
+if TYPE_CHECKING:
+    from dataplane import OnCorrupt
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +236,7 @@ def build_loaders(
     recipe: Any | None = None,
     eval_recipe: Any | None = None,
     transform_options: dict[str, Any] | None = None,
-    on_corrupt: str = "raise",
+    on_corrupt: OnCorrupt | str = "raise",
 ) -> ScheduleLoaders:
     """Build the training (and phase-2) and validation loaders of ``schedule``.
 
@@ -267,7 +270,7 @@ def build_loaders(
         Recipes (names or ``preprocessing.Recipe``) of the DALI loaders.
     transform_options : dict, optional
         Extra :class:`~trainers.torch_baseline.Transform` fields for ``torch``.
-    on_corrupt : {"raise", "skip"}
+    on_corrupt : dataplane.OnCorrupt or {"raise", "skip"}
         What the DALI loaders (training and validation) do with a corrupt
         image, as ``dataplane.Loader``'s ``on_corrupt``; ``torch`` always raises.
 
@@ -280,13 +283,17 @@ def build_loaders(
         The validation split's class folders differ from the training split's
         (labels are positions in the sorted folder names, so they would not match).
     """
+    from dataplane import OnCorrupt
+
     sched = Schedule.parse(schedule)
     val_bs = val_batch_size or batch_size
-    if on_corrupt not in ("raise", "skip"):
+    try:
+        on_corrupt = OnCorrupt(on_corrupt)
+    except ValueError:
         raise TrainerConfigError(
             f"on_corrupt must be 'raise' or 'skip' (--on-corrupt), got {on_corrupt!r}"
-        )
-    if sched is Schedule.TORCH and on_corrupt != "raise":
+        ) from None
+    if sched is Schedule.TORCH and on_corrupt is not OnCorrupt.RAISE:
         raise TrainerConfigError(
             "on_corrupt='skip' (--on-corrupt skip) needs the dataplane loaders of the fresh "
             "and perfect schedules; the torch baseline stops at a corrupt image: remove "

@@ -253,6 +253,18 @@ def test_train_refuses_validation_classes_other_than_the_training_ones(
         build_loaders(schedule, splits, batch_size=50, device="cpu", num_workers=0)
 
 
+def test_build_loaders_takes_on_corrupt_as_the_loaders_enum_or_its_name(tmp_path: Path) -> None:
+    from dataplane import OnCorrupt
+    from trainers.errors import TrainerConfigError
+
+    splits = DatasetSplits(tmp_path / "train", tmp_path / "test")
+    for value in (OnCorrupt.SKIP, "skip"):  # refused for torch before any folder is read
+        with pytest.raises(TrainerConfigError, match="needs the dataplane loaders"):
+            build_loaders("torch", splits, batch_size=8, on_corrupt=value)
+    with pytest.raises(TrainerConfigError, match="must be 'raise' or 'skip'.*'ignore'"):
+        build_loaders("fresh", splits, batch_size=8, on_corrupt="ignore")
+
+
 # -- a corrupt image ---------------------------------------------------------------------
 
 
