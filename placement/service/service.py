@@ -146,6 +146,32 @@ def _counters(counters: Any) -> dict[str, float]:
     return out
 
 
+@dataclass
+class PredictedBatch:
+    """A batch of decision requests checked and predicted (:meth:`PlacementService.predict_batch`),
+    not yet placed.
+
+    Attributes
+    ----------
+    worker : str
+        The requester's address.
+    answers : list of dict
+        One per request, in order; refused requests already hold ``{"error": reason}``.
+    positions : list of int
+        Positions in ``answers`` of the valid requests.
+    sizes : list of int
+        Their expected sizes in bytes.
+    log_densities : list of float
+        Their predicted log10 densities (operations per byte per second).
+    """
+
+    worker: str
+    answers: list[dict[str, Any]]
+    positions: list[int]
+    sizes: list[int]
+    log_densities: list[float]
+
+
 class PlacementService:
     """Model, adaptive threshold and SSD ledger of a cluster (see the module docstring).
 
@@ -473,6 +499,24 @@ class PlacementService:
         ``{"tier": "ssd" | "hdd", "log_density": float}`` or ``{"error": reason}`` for a
         refused request (bad facts, unsafe name). SSD bytes are reserved for ``worker``
         until its next report, for one lease life at most.
+
+        It is :meth:`predict_batch` then :meth:`admit_batch`; the scheduler plugin runs the
+        first (features and the model, about 30 us a file) in a thread for large batches,
+        so the scheduler's event loop is not held for the whole batch.
+        """
+        return self.admit_batch(self.predict_batch(worker=worker, requests=requests))
+
+    def predict_batch(
+        self, *, worker: str, requests: Sequence[Mapping[str, Any]]
+    ) -> PredictedBatch:
+        """Check a batch of requests and predict their densities; changes no state, so it
+        may run in another thread than :meth:`admit_batch`.
+
+        Raises
+        ------
+        ServiceError
+            If ``worker`` is not an address or ``requests`` not a list of at most
+            :data:`MAX_BATCH` items (a bad item is answered, not raised).
         """
         if not isinstance(worker, str) or not worker:
             raise ServiceError(f"worker={worker!r} must be the requester's address")
@@ -497,13 +541,32 @@ class PlacementService:
                 continue
             size = request.expected_size_bytes
             valid.append((i, request, int(size) if size is not None else UNKNOWN_SIZE_BYTES))
-        if valid:
-            preds = self.predictor.predict_many([r for _, r, _ in valid], [s for _, _, s in valid])
+        sizes = [s for _, _, s in valid]
+        log_densities = (
+            [float(p) for p in self.predictor.predict_many([r for _, r, _ in valid], sizes)]
+            if valid
+            else []
+        )
+        return PredictedBatch(
+            worker=worker,
+            answers=answers,
+            positions=[i for i, _, _ in valid],
+            sizes=sizes,
+            log_densities=log_densities,
+        )
+
+    def admit_batch(self, batch: PredictedBatch) -> list[dict[str, Any]]:
+        """Place a predicted batch against the threshold and the ledger, reserving SSD
+        bytes for its worker (run where the ledger's other updates run)."""
+        answers = batch.answers
+        if batch.positions:
+            worker = batch.worker
             now = self.clock()
             self._expire(now)
             rec = self._record(worker)
-            for (i, _, size), pred in zip(valid, preds, strict=True):
-                pred = float(pred)
+            for i, size, pred in zip(
+                batch.positions, batch.sizes, batch.log_densities, strict=True
+            ):
                 tier = Tier.HDD
                 if (
                     pred > -math.inf  # NaN and -inf go to HDD, +inf passes (as the policy)

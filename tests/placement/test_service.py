@@ -1068,6 +1068,56 @@ class Constant(Predictor):
         return np.full(len(requests), self.value)
 
 
+class Slow(Constant):
+    """Takes ``seconds`` per batch, as a large batch's features and model do."""
+
+    def __init__(self, value: float, seconds: float) -> None:
+        super().__init__(value)
+        self.seconds = seconds
+
+    def predict_many(self, requests: list[FileRequest], sizes: list[int]) -> np.ndarray:
+        time.sleep(self.seconds)
+        return super().predict_many(requests, sizes)
+
+
+def test_a_large_decision_batch_leaves_the_schedulers_event_loop_serving() -> None:
+    from placement.service.scheduler_plugin import THREADED_BATCH
+
+    facts = {"file_kind": "shuffle", "created_at": time.time(), "expected_size_bytes": MiB}
+    requests = [dict(facts) for _ in range(THREADED_BATCH)] + [{"file_kind": "nonsense"}]
+    plugin = PlacementSchedulerPlugin(
+        PlacementService(ServiceConfig(ssd_capacity_bytes=8 * MiB), predictor=Slow(0.0, 0.5))
+    )
+    twin = PlacementService(ServiceConfig(ssd_capacity_bytes=8 * MiB), predictor=Constant(0.0))
+
+    async def main() -> tuple[list[dict], int]:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker() -> None:  # what else the scheduler's loop serves meanwhile
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        answers = await plugin.handle_decide(worker="w", requests=requests)
+        done.set()
+        await task
+        return answers, ticks - before
+
+    answers, ticks = asyncio.run(main())
+    assert ticks >= 5, f"the loop was held for the batch ({ticks} ticks in 0.5 s)"
+    # the same answers, reservations and counts as deciding it at once
+    assert answers == twin.decide(worker="w", requests=requests)
+    assert [a.get("tier") for a in answers].count("ssd") == 8 and "error" in answers[-1]
+    service = plugin.service
+    assert service.ledger.used() == twin.ledger.used() == 8 * MiB
+    assert service.records["w"].service_decisions == twin.records["w"].service_decisions
+
+
 @pytest.mark.parametrize(
     ("value", "tier"), [(math.inf, Tier.SSD), (-math.inf, Tier.HDD), (math.nan, Tier.HDD)]
 )
