@@ -18,6 +18,7 @@ help:
 	@echo "make demo   - install into $(VENV), install the real dataset, run the main job"
 	@echo "make test   - install what tests need, run the suite (not slow)"
 	@echo "make test-slow - the slow tests"
+	@echo "make test-gpu - the gpu tests (needs a CUDA device)"
 	@echo "make typecheck - mypy over every package (dev dependencies)"
 	@echo "make lint   - ruff check over the repository (dev dependencies)"
 

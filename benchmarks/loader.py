@@ -12,9 +12,9 @@ Fashion-MNIST PNGs at 28x28), on the same cores and in one process:
   with DALI's file reader and normalization fused into ``crop_mirror_normalize``,
   iterated with DALI's own ``DALIGenericIterator`` -- what one writes by hand.
 
-Reported per system: images/s of the last (warm) epoch; ratios loader/torch and
-loader/bare DALI; the main process's peak RSS per epoch (plus workers for torch)
-and its growth from epoch to epoch. Numbers are noisy on shared machines:
+Reported per system: images/s, the median of the epochs after the first (warm-up);
+ratios loader/torch and loader/bare DALI; the main process's peak RSS per epoch (plus
+workers for torch) and its growth from epoch to epoch. Numbers are noisy on shared machines:
 compare the ratios, measured side by side. Writes JSON to benchmarks/results/.
 
 Run: ``.venv/bin/python benchmarks/loader.py`` (about 2 minutes on 2 cores).

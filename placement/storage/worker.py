@@ -27,10 +27,13 @@ from tornado.ioloop import PeriodicCallback
 from placement.logwriter import LogWriter
 from placement.storage.chooser import TierChooser
 from placement.storage.config import (
+    HDD_DIR_KEY,
     LOG_DIR_KEY,
+    SSD_DIR_KEY,
     check_storage_dirs,
     config_dir,
     default_target_fraction,
+    env_name,
     tier_dirs,
 )
 from placement.storage.context import RequestBuilder
@@ -44,6 +47,33 @@ logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "placement-storage"
 _FLUSH_CALLBACK = "placement-log-flush"
+
+
+def _warn_defaults(options: StorageOptions, ssd: str, hdd: str, logs: str | None) -> None:
+    """Say so when a worker's tiers default to its local directory (one disk: placement
+    then has no SSD to choose) or it writes no I/O log; both start, as for a local test."""
+    unset = [
+        key
+        for key, given in ((SSD_DIR_KEY, options.ssd_dir), (HDD_DIR_KEY, options.hdd_dir))
+        if not given and not config_dir(key)
+    ]
+    if unset:
+        logger.warning(
+            "%s not set: the tiers default to %s and %s, below the worker's local directory "
+            "(one disk, so no tier is faster); set %s to the SSD and HDD directories",
+            " and ".join(unset),
+            ssd,
+            hdd,
+            ", ".join(f"{key} ({env_name(key)})" for key in unset),
+        )
+    if not logs:
+        logger.warning(
+            "%s not set: this worker writes no I/O log, so its files cannot train the next "
+            "model; set %s (%s) to a directory the workers share",
+            LOG_DIR_KEY,
+            LOG_DIR_KEY,
+            env_name(LOG_DIR_KEY),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +158,7 @@ class WorkerStorage:
         else:
             ssd, hdd = tier_dirs(worker.local_directory, options.ssd_dir, options.hdd_dir)
             logs = options.log_dir or config_dir(LOG_DIR_KEY)
+            _warn_defaults(options, ssd, hdd, logs)
             check_storage_dirs(ssd, hdd, logs)  # a clear error before anything is created
             writer = LogWriter(logs) if logs else None
             store = TieredFileStore(

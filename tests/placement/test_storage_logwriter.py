@@ -104,6 +104,37 @@ def test_a_workers_periodic_flush_writes_every_buffered_row(tmp_path: Path) -> N
     assert read_logs(tmp_path / "logs").table.num_rows == 1
 
 
+def test_a_worker_without_tier_or_log_directories_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = FakeWorker(
+        data={},
+        memory_manager=SimpleNamespace(memory_limit=None),
+        local_directory=str(tmp_path / "local"),
+        address="tcp://127.0.0.1:1",
+        periodic_callbacks={},
+    )
+    options = StorageOptions(route_p2p=False, save_on_signal=False)
+    with caplog.at_level(logging.WARNING, logger="placement.storage.worker"):
+        storage = WorkerStorage.attach(worker, options)
+    storage.close()
+    text = caplog.text
+    assert "placement.ssd-dir and placement.hdd-dir not set" in text
+    assert str(tmp_path / "local" / "placement-ssd") in text and "DASK_PLACEMENT__SSD_DIR" in text
+    assert "placement.log-dir not set: this worker writes no I/O log" in text
+    caplog.clear()
+    given = StorageOptions(
+        ssd_dir=str(tmp_path / "ssd"),
+        hdd_dir=str(tmp_path / "hdd"),
+        log_dir=str(tmp_path / "logs"),
+        route_p2p=False,
+        save_on_signal=False,
+    )
+    with caplog.at_level(logging.WARNING, logger="placement.storage.worker"):
+        WorkerStorage.attach(worker, given).close()
+    assert caplog.records == [], "nothing to say when all three are given"
+
+
 def test_an_unreadable_record_of_unlogged_files_is_reported_not_fatal(tmp_path: Path) -> None:
     with LogWriter(tmp_path) as writer:
         writer.add(row(1))
