@@ -77,8 +77,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from placement.errors import SchemaError
-from placement.schema import MIN_LIFETIME_S, MIN_SIZE_BYTES, REQUIRED_COLUMNS, io_density
+from placement.errors import PlacementTypeError, SchemaError
+from placement.schema import MIN_LIFETIME_S, MIN_SIZE_BYTES, REQUIRED_COLUMNS, log_io_density
 
 __all__ = [
     "CATEGORICAL_FEATURES",
@@ -201,7 +201,7 @@ def _as_frame(table: pa.Table | pd.DataFrame) -> pd.DataFrame:
         return table
     if isinstance(table, pa.Table):
         return table.to_pandas()
-    raise TypeError(
+    raise PlacementTypeError(
         f"expected a pyarrow Table or pandas DataFrame of log rows, got {type(table).__name__}"
     )
 
@@ -229,13 +229,12 @@ def _str(df: pd.DataFrame, name: str) -> pd.Series:
 
 
 def log_density(table: pa.Table | pd.DataFrame) -> np.ndarray:
-    """log10 of each row's I/O density (operations per byte per second), see
-    :mod:`placement.schema`."""
+    """log10 of each row's I/O density (operations per byte per second), floored at
+    :data:`placement.schema.LOG_DENSITY_FLOOR` for files without I/O (see
+    :mod:`placement.schema`)."""
     df = _as_frame(table)
     life = _num(df, "deleted_at") - _num(df, "created_at")
-    d = io_density(_num(df, "read_ops"), _num(df, "write_ops"), _num(df, "size_bytes"), life)
-    with np.errstate(divide="ignore"):
-        return np.log10(d)
+    return log_io_density(_num(df, "read_ops"), _num(df, "write_ops"), _num(df, "size_bytes"), life)
 
 
 @dataclasses.dataclass
@@ -348,7 +347,7 @@ class HistoryStore:
         size = np.maximum(_num(df, "size_bytes"), MIN_SIZE_BYTES)
         ops = _num(df, "read_ops") + _num(df, "write_ops")
         lifef = np.maximum(life, MIN_LIFETIME_S)
-        ld = np.log10(io_density(_num(df, "read_ops"), _num(df, "write_ops"), size, life))
+        ld = log_io_density(_num(df, "read_ops"), _num(df, "write_ops"), size, life)
         expected = _num(df, "expected_size_bytes")
         with np.errstate(invalid="ignore", divide="ignore"):
             final = np.maximum(_num(df, "size_bytes"), 1.0)

@@ -15,6 +15,14 @@ a file of 1 MiB read 100 times in 10 s has density ``100 / (2**20 * 10) ~= 9.5e-
 ``size_bytes`` is floored at 4096 bytes (one page) and ``lifetime_s`` at 1 ms so that
 empty or instantly-deleted files have a finite density.
 
+Models and history work on ``log10(io_density)``. A file never read or written has density
+0, whose log is ``-inf``: one such file would make every mean over its stage infinite (and
+a model trained on those means learns nothing). Its log density is therefore floored at
+``LOG_DENSITY_FLOOR = -20`` (one operation on a 1 TiB file over three years is about
+``1e-20``), below any file with I/O, so it ranks last without breaking the sums
+(:func:`log_io_density`). Costs use the operations themselves, so a floored file still
+costs nothing on either tier.
+
 The schema is versioned (``SCHEMA_VERSION``, stored in the Parquet metadata under
 ``dataplane.placement.schema_version``); readers refuse tables of a newer version and
 read older ones, with the columns they lack as nulls. Version 2 added the spill
@@ -38,6 +46,8 @@ UNLABELLED = "unknown"
 #: Lower bounds used in the density formula (see module docstring).
 MIN_SIZE_BYTES = 4096
 MIN_LIFETIME_S = 1e-3
+#: Least log10 density (operations per byte per second): that of files without I/O.
+LOG_DENSITY_FLOOR = -20.0
 
 ID_FIELDS = [
     pa.field("file_id", pa.string(), nullable=False),  # unique per file
@@ -106,6 +116,22 @@ def io_density(
     size = np.maximum(np.asarray(size_bytes, dtype=np.float64), MIN_SIZE_BYTES)
     life = np.maximum(np.asarray(lifetime_s, dtype=np.float64), MIN_LIFETIME_S)
     return ops / (size * life)
+
+
+def log_io_density(
+    read_ops: np.ndarray, write_ops: np.ndarray, size_bytes: np.ndarray, lifetime_s: np.ndarray
+) -> np.ndarray:
+    """log10 of :func:`io_density`, floored at :data:`LOG_DENSITY_FLOOR` (files without I/O;
+    see the module docstring). NaN inputs give NaN.
+
+    Parameters
+    ----------
+    read_ops, write_ops, size_bytes, lifetime_s : array
+        As for :func:`io_density` (operations, bytes, seconds).
+    """
+    density = io_density(read_ops, write_ops, size_bytes, lifetime_s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.maximum(np.log10(density), LOG_DENSITY_FLOOR)  # NaN stays NaN
 
 
 def with_derived(table: pa.Table) -> pa.Table:

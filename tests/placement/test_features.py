@@ -83,6 +83,34 @@ def test_first_run_has_no_history_and_second_sees_the_first(log: pd.DataFrame) -
     np.testing.assert_allclose(feats.loc[second, "h_ps_n"].to_numpy(), np.log1p(earlier.sum()))
 
 
+def test_files_without_io_rank_last_without_breaking_history_or_training(
+    log: pd.DataFrame,
+) -> None:
+    from placement.model import DensityModel, ModelParams
+    from placement.schema import LOG_DENSITY_FLOOR
+
+    cold = log.copy()
+    idle = np.random.default_rng(0).random(len(cold)) < 0.05  # never read or written
+    cold.loc[idle, ["read_ops", "write_ops", "read_bytes", "write_bytes"]] = 0
+    target = log_density(cold)
+    assert (target[idle] == LOG_DENSITY_FLOOR).all() and np.isfinite(target).all()
+    assert target[idle].max() < target[~idle].min(), "they rank below every file with I/O"
+    feats = build_features(cold)
+    seen = feats["h_ps_n"] > 0
+    for column in ("h_ps_ld", "h_ps_sd", "h_prior_ld"):
+        assert np.isfinite(feats.loc[seen, column]).all(), column
+    model = DensityModel(ModelParams(n_estimators=30, num_threads=1)).fit(cold)
+    assert sum(model.feature_importances("gain").values()) > 0, "the model learned something"
+    pred = model.predict_table(cold)
+    busy = ~idle
+    rho = pd.Series(pred[busy]).corr(pd.Series(target[busy]), method="spearman")
+    assert rho > 0.5, rho
+    # NaN stays NaN (a row without its deletion time), and is not floored
+    broken = cold.head(3).copy()
+    broken["deleted_at"] = np.nan
+    assert np.isnan(log_density(broken)).all()
+
+
 def test_kind_history_comes_from_earlier_runs_of_other_pipelines(log: pd.DataFrame) -> None:
     feats = build_features(log)
     # the very first run has no history at any level, kind included
