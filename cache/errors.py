@@ -14,7 +14,8 @@ class CacheError(Exception):
 
 
 class CacheConfigError(CacheError, ValueError):
-    """A cache option has a bad type or value (raised at construction)."""
+    """A cache option or argument has a bad type or value (raised at construction, or by
+    a record function given a key out of range or a buffer of the wrong shape)."""
 
 
 class StaleCacheError(CacheError):

@@ -37,7 +37,7 @@ from typing import Final
 import numpy as np
 import xxhash
 
-from cache.errors import CorruptRecordError
+from cache.errors import CacheConfigError, CorruptRecordError
 
 #: Anything exposing the buffer protocol (bytes, memoryview, numpy array).
 Buffer = bytes | bytearray | memoryview | np.ndarray
@@ -59,9 +59,9 @@ MAX_VARIANT: Final = (1 << 16) - 1
 def key_int(index: int, variant: int) -> int:
     """The 64-bit key of ``(index, variant)`` as an int (also the checksum seed)."""
     if not 0 <= index <= MAX_INDEX:
-        raise ValueError(f"sample index must be in 0..{MAX_INDEX}, not {index}")
+        raise CacheConfigError(f"sample index must be in 0..{MAX_INDEX}, not {index}")
     if not 0 <= variant <= MAX_VARIANT:
-        raise ValueError(f"variant must be in 0..{MAX_VARIANT}, not {variant}")
+        raise CacheConfigError(f"variant must be in 0..{MAX_VARIANT}, not {variant}")
     return (variant << 48) | index
 
 
@@ -74,9 +74,9 @@ def pack_keys(indices: np.ndarray, variant: int) -> tuple[list[bytes], np.ndarra
     """Keys of many indices of one variant: ``(keys, key ints as uint64)``."""
     idx = np.asarray(indices, dtype=np.int64)
     if idx.size and (int(idx.min()) < 0 or int(idx.max()) > MAX_INDEX):
-        raise ValueError(f"sample indices must be in 0..{MAX_INDEX}")
+        raise CacheConfigError(f"sample indices must be in 0..{MAX_INDEX}")
     if not 0 <= variant <= MAX_VARIANT:
-        raise ValueError(f"variant must be in 0..{MAX_VARIANT}, not {variant}")
+        raise CacheConfigError(f"variant must be in 0..{MAX_VARIANT}, not {variant}")
     ints = idx.astype(np.uint64) | np.uint64(variant << 48)
     raw = ints.astype(">u8").tobytes()
     return [raw[i : i + KEY_SIZE] for i in range(0, len(raw), KEY_SIZE)], ints
@@ -172,7 +172,7 @@ def encode_records(
             or out.shape[1] != end + CHECKSUM_SIZE
             or not out.flags.c_contiguous
         ):
-            raise ValueError(
+            raise CacheConfigError(
                 f"out must be a C-contiguous uint8 array of at least ({n}, "
                 f"{end + CHECKSUM_SIZE}), not {out.dtype} {out.shape}"
             )

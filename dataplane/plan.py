@@ -50,6 +50,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from dataplane.errors import ConfigError
+
 
 class LastBatchPolicy(str, enum.Enum):
     """What to do with the samples that do not fill a last batch (see module docs)."""
@@ -95,13 +97,13 @@ class EpochPlan:
 
     def __post_init__(self) -> None:
         if self.num_samples <= 0:
-            raise ValueError(f"num_samples must be positive, got {self.num_samples}")
+            raise ConfigError(f"num_samples must be positive, got {self.num_samples}")
         if self.batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
+            raise ConfigError(f"batch_size must be positive, got {self.batch_size}")
         if not 0 <= self.seed < MAX_SEED:
-            raise ValueError(f"need 0 <= seed < 2**48, got {self.seed}")
+            raise ConfigError(f"need 0 <= seed < 2**48, got {self.seed}")
         if self.world_size <= 0 or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got {self.rank}, {self.world_size}")
+            raise ConfigError(f"need 0 <= rank < world_size, got {self.rank}, {self.world_size}")
         object.__setattr__(self, "last_batch", LastBatchPolicy(self.last_batch))
 
     @property

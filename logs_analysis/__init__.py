@@ -8,13 +8,20 @@
 
 from __future__ import annotations
 
-from logs_analysis.errors import AnalysisError, DependencyError, FormatError, InputError
+from logs_analysis.errors import (
+    AnalysisConfigError,
+    AnalysisError,
+    DependencyError,
+    FormatError,
+    InputError,
+)
 from logs_analysis.formats import LogFormat
 from logs_analysis.issues import ReadIssue, ReadIssues
 from logs_analysis.readers import read_table
 from logs_analysis.report import Report, ReportConfig, build_report
 
 __all__ = [
+    "AnalysisConfigError",
     "AnalysisError",
     "DependencyError",
     "FormatError",

@@ -43,7 +43,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logs_analysis.errors import AnalysisError, InputError
+from logs_analysis.errors import AnalysisConfigError, AnalysisError, InputError
 from logs_analysis.histogram import Histogram, _bins_and_outside, add_frames
 from logs_analysis.issues import ReadIssues
 from logs_analysis.readers.base import Chunk
@@ -105,14 +105,14 @@ def check_scheduler(scheduler: object) -> str:
 
     Raises
     ------
-    ValueError
-        Naming the value and what is accepted (e.g. for ``"thread"``).
+    AnalysisConfigError
+        (A :class:`ValueError`.) Naming the value and what is accepted (e.g. for ``"thread"``).
     """
     if isinstance(scheduler, str) and (
         scheduler in LOCAL_SCHEDULERS or _ADDRESS_RE.match(scheduler)
     ):
         return scheduler
-    raise ValueError(
+    raise AnalysisConfigError(
         f"scheduler {scheduler!r} is not one of {SCHEDULER_CHOICES}: give threads, processes, "
         "sync, or the address of a running Dask scheduler such as tcp://127.0.0.1:8786"
     )
@@ -146,10 +146,10 @@ class AggregateConfig:
             or not isinstance(self.sample_rows, int)
             or self.sample_rows < 100
         ):
-            raise ValueError(f"sample_rows={self.sample_rows!r} must be an int >= 100")
+            raise AnalysisConfigError(f"sample_rows={self.sample_rows!r} must be an int >= 100")
         check_scheduler(self.scheduler)
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
-            raise ValueError(f"workers={self.workers!r} must be a positive int or None")
+            raise AnalysisConfigError(f"workers={self.workers!r} must be a positive int or None")
 
 
 @dataclasses.dataclass

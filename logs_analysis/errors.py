@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "AnalysisConfigError",
     "AnalysisError",
     "DependencyError",
     "FormatError",
@@ -14,6 +15,15 @@ __all__ = [
 
 class AnalysisError(Exception):
     """Base class of every error raised by :mod:`logs_analysis`."""
+
+
+class AnalysisConfigError(AnalysisError, ValueError):
+    """An option or argument has a bad value (a budget, a scheduler, a row count).
+
+    The message names the option, the value and what it must be. It is a
+    :class:`ValueError`, so ``except ValueError`` written for the built-in error still
+    catches it.
+    """
 
 
 class InputError(AnalysisError, ValueError):

@@ -89,7 +89,7 @@ from logs_analysis.analyses.predictability import (
 )
 from logs_analysis.analyses.savings import DEFAULT_BUDGETS, SavingsResult, savings_curve
 from logs_analysis.analyses.skew import skew, skew_by
-from logs_analysis.errors import AnalysisError, OutputError
+from logs_analysis.errors import AnalysisConfigError, AnalysisError, OutputError
 from logs_analysis.formats import LogFormat, discover, resolved_path
 from logs_analysis.histogram import LOG_HI, LOG_LO
 from logs_analysis.issues import SKIPPED_INPUT_REASONS
@@ -169,21 +169,23 @@ class ReportConfig:
         try:
             object.__setattr__(self, "format", LogFormat(self.format))
         except ValueError:
-            raise ValueError(
+            raise AnalysisConfigError(
                 f"format={self.format!r} must be one of {[f.value for f in LogFormat]}"
             ) from None
         budgets = tuple(float(b) for b in self.budgets)
         if not budgets or any(not (0 < b <= 1) or not math.isfinite(b) for b in budgets):
-            raise ValueError(
+            raise AnalysisConfigError(
                 f"budgets={self.budgets!r} must be shares in (0, 1], e.g. (0.01, 0.05)"
             )
         object.__setattr__(self, "budgets", tuple(sorted(set(budgets))))
         for name in ("savings_rows", "top"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive int")
+                raise AnalysisConfigError(f"{name}={value!r} must be a positive int")
         if not isinstance(self.cost_model, CostModel):
-            raise ValueError(f"cost_model={self.cost_model!r} must be a placement.cost.CostModel")
+            raise AnalysisConfigError(
+                f"cost_model={self.cost_model!r} must be a placement.cost.CostModel"
+            )
         AggregateConfig(sample_rows=self.sample_rows, scheduler=self.scheduler)
         PredictabilityConfig(folds=self.folds, n_estimators=self.n_estimators)
 

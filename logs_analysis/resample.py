@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from logs_analysis.errors import AnalysisConfigError
+
 __all__ = ["resample_runs"]
 
 
@@ -43,13 +45,13 @@ def resample_runs(
 
     Raises
     ------
-    ValueError
-        If ``table`` is empty or ``n_rows`` is not positive.
+    AnalysisConfigError
+        (A :class:`ValueError`.) If ``table`` is empty or ``n_rows`` is not positive.
     """
     if table.num_rows == 0:
-        raise ValueError("cannot resample an empty table; give log rows")
+        raise AnalysisConfigError("cannot resample an empty table; give log rows")
     if n_rows <= 0:
-        raise ValueError(f"n_rows={n_rows!r} must be positive")
+        raise AnalysisConfigError(f"n_rows={n_rows!r} must be positive")
     rng = np.random.default_rng(seed)
     runs = np.asarray(table["run_id"].to_numpy(zero_copy_only=False)).astype(str)
     names, inverse = np.unique(runs, return_inverse=True)

@@ -329,7 +329,9 @@ class EvaluationResult:
         if budget is None:
             budget = labels[focus_budget_index(self.config["budgets"])] if labels else ""
         if budget not in labels:
-            raise ValueError(f"budget={budget!r} was not replayed; the budgets are {labels}")
+            raise PlacementConfigError(
+                f"budget={budget!r} was not replayed; the budgets are {labels}"
+            )
         parts = {name: per[budget] for name, per in self.savings_by_kind.items() if budget in per}
         kinds = sorted({kind for per in parts.values() for kind in per})
         rows = [

@@ -54,7 +54,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from placement.errors import PlacementError, SchemaError
+from placement.errors import PlacementConfigError, PlacementError, SchemaError
 from placement.schema import SCHEMA, conform
 
 logger = logging.getLogger(__name__)
@@ -106,15 +106,15 @@ class LogWriter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(max_rows, int) or max_rows < 1:
-            raise ValueError(f"max_rows={max_rows!r} must be a positive int")
+            raise PlacementConfigError(f"max_rows={max_rows!r} must be a positive int")
         if max_buffered_rows is None:
             max_buffered_rows = 50 * max_rows if isinstance(max_rows, int) else 0
         if not isinstance(max_buffered_rows, int) or max_buffered_rows < max_rows:
-            raise ValueError(
+            raise PlacementConfigError(
                 f"max_buffered_rows={max_buffered_rows!r} must be an int >= max_rows ({max_rows})"
             )
         if not (isinstance(max_interval_s, (int, float)) and max_interval_s > 0):
-            raise ValueError(
+            raise PlacementConfigError(
                 f"max_interval_s={max_interval_s!r} must be a positive number of seconds"
             )
         self.directory = Path(directory)
@@ -127,7 +127,7 @@ class LogWriter:
         if prefix is None:
             prefix = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         if not prefix or "/" in prefix or prefix.startswith("."):
-            raise ValueError(f"prefix={prefix!r} must be a plain file-name prefix")
+            raise PlacementConfigError(f"prefix={prefix!r} must be a plain file-name prefix")
         self.prefix = prefix
         self.max_rows = max_rows
         self.max_interval_s = float(max_interval_s)

@@ -76,7 +76,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from placement.errors import ModelError
+from placement.errors import ModelError, PlacementConfigError, PlacementTypeError
 from placement.features import (
     CATEGORICAL_FEATURES,
     FEATURE_COLUMNS,
@@ -193,17 +193,21 @@ class ModelParams:
             value = getattr(self, name)
             least = 2 if name == "num_leaves" else 1
             if not isinstance(value, int) or value < least:
-                raise ValueError(f"ModelParams {name}={value!r} must be an int >= {least}")
+                raise PlacementConfigError(
+                    f"ModelParams {name}={value!r} must be an int >= {least}"
+                )
         for name in ("learning_rate", "feature_fraction", "bagging_fraction"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
-                raise ValueError(f"ModelParams {name}={value!r} must be in (0, 1]")
+                raise PlacementConfigError(f"ModelParams {name}={value!r} must be in (0, 1]")
         if (
             not isinstance(self.seed, int)
             or not isinstance(self.num_threads, int)
             or self.num_threads < 0
         ):
-            raise ValueError("ModelParams seed must be an int and num_threads an int >= 0")
+            raise PlacementConfigError(
+                "ModelParams seed must be an int and num_threads an int >= 0"
+            )
 
     def lightgbm(self) -> dict[str, Any]:
         """The LightGBM parameter dict."""
@@ -455,7 +459,7 @@ class DensityModel:
     def feature_importances(self, kind: str = "gain") -> dict[str, float]:
         """Importance of each feature (``gain``: total loss reduction; ``split``: uses), sorted."""
         if kind not in ("gain", "split"):
-            raise ValueError(f"kind={kind!r} must be 'gain' or 'split'")
+            raise PlacementConfigError(f"kind={kind!r} must be 'gain' or 'split'")
         booster = self._require()
         values = booster.feature_importance(importance_type=kind)
         pairs = sorted(
@@ -617,11 +621,11 @@ def check_min_rows(n: Any) -> int:
 
     Raises
     ------
-    ValueError
-        If ``n`` is not an int >= 1.
+    PlacementConfigError
+        (A :class:`ValueError`.) If ``n`` is not an int >= 1.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"min_rows={n!r} must be an int >= 1")
+        raise PlacementConfigError(f"min_rows={n!r} must be an int >= 1")
     return n
 
 
@@ -668,13 +672,13 @@ class ModelSet:
         combine: Combine | str = Combine.MEAN,
     ) -> None:
         if not isinstance(global_model, DensityModel):
-            raise TypeError(
+            raise PlacementTypeError(
                 f"global_model must be a DensityModel, got {type(global_model).__name__}"
             )
         try:
             self.combine = Combine(combine)
         except ValueError:
-            raise ValueError(
+            raise PlacementConfigError(
                 f"combine={combine!r} must be one of {[c.value for c in Combine]}"
             ) from None
         self.global_model = global_model
@@ -802,7 +806,7 @@ class ModelSet:
             return self._predict_one_pipeline(x, pipelines)
         names = np.asarray(pipelines, dtype=object)
         if len(names) != len(x):
-            raise ValueError(f"{len(names)} pipeline names for {len(x)} feature rows")
+            raise PlacementConfigError(f"{len(names)} pipeline names for {len(x)} feature rows")
         out = np.empty(len(x))
         for name in pd.unique(names):
             mask = names == name

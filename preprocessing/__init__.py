@@ -9,7 +9,12 @@ from __future__ import annotations
 from preprocessing import builtin as _builtin  # noqa: F401  (registers train/eval)
 from preprocessing.builtin import decode, to_chw
 from preprocessing.device import Device, resolve_device
-from preprocessing.errors import DeviceError, PreprocessingError, RecipeError
+from preprocessing.errors import (
+    DeviceError,
+    PreprocessingError,
+    PreprocessingInputError,
+    RecipeError,
+)
 from preprocessing.normalize import normalize
 from preprocessing.pipeline import INPUT_NAME, build_pipeline
 from preprocessing.recipe import (
@@ -28,6 +33,7 @@ __all__ = [
     "Device",
     "DeviceError",
     "PreprocessingError",
+    "PreprocessingInputError",
     "Recipe",
     "RecipeDefinition",
     "RecipeError",

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from preprocessing.errors import PreprocessingInputError
 from preprocessing.recipe import Recipe
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def normalize(images: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     import torch
 
     if images.dim() != 4 or images.shape[1] != recipe.channels:
-        raise ValueError(
+        raise PreprocessingInputError(
             f"normalize expects uint8 NCHW with C={recipe.channels}, got shape "
             f"{tuple(images.shape)}"
         )

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from logs_analysis.analyses import Unavailable
+from logs_analysis.errors import AnalysisConfigError
 
 __all__ = [
     "MIN_ROWS",
@@ -67,9 +68,9 @@ class PredictabilityConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.folds, int) or self.folds < 2:
-            raise ValueError(f"folds={self.folds!r} must be an int >= 2")
+            raise AnalysisConfigError(f"folds={self.folds!r} must be an int >= 2")
         if not isinstance(self.n_estimators, int) or self.n_estimators < 1:
-            raise ValueError(f"n_estimators={self.n_estimators!r} must be a positive int")
+            raise AnalysisConfigError(f"n_estimators={self.n_estimators!r} must be a positive int")
 
 
 @dataclasses.dataclass

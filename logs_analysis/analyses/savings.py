@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from logs_analysis.analyses import Unavailable
+from logs_analysis.errors import AnalysisConfigError
 from placement.cost import DEFAULT_BUDGETS  # numpy only: no simulator, no LightGBM
 
 __all__ = ["DEFAULT_BUDGETS", "HEURISTICS", "SavingsResult", "savings_curve"]
@@ -204,11 +205,11 @@ def savings_curve(
         return Unavailable(f"placement's simulator or policies cannot be imported ({exc})")
     budgets = [float(b) for b in budgets]
     if not budgets or any(not 0 < b <= 1 for b in budgets):
-        raise ValueError(f"budgets={budgets!r} must be shares in (0, 1]")
+        raise AnalysisConfigError(f"budgets={budgets!r} must be shares in (0, 1]")
     start = time.perf_counter()
     cost_model = cost_model or CostModel()
     if expected_lifetime is not None and np.shape(expected_lifetime) != (len(table),):
-        raise ValueError(
+        raise AnalysisConfigError(
             f"expected_lifetime has shape {np.shape(expected_lifetime)} but table has "
             f"{len(table)} rows; give one lifetime (seconds, NaN if unknown) per row"
         )

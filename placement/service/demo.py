@@ -20,6 +20,7 @@ import pandas as pd
 
 from placement.errors import PlacementError
 from placement.graph_facts import graph_facts
+from placement.service.errors import ServiceConfigError
 from placement.workloads import FramePart, make_frame
 
 AGGREGATES = {"v": "sum", "w": "max", "t": "count"}
@@ -50,9 +51,9 @@ class PipelineSpec:
         for name in ("partitions", "rows", "n_keys"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"PipelineSpec {name}={value!r} must be a positive int")
+                raise ServiceConfigError(f"PipelineSpec {name}={value!r} must be a positive int")
         if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"PipelineSpec seed={self.seed!r} must be an int >= 0")
+            raise ServiceConfigError(f"PipelineSpec seed={self.seed!r} must be an int >= 0")
 
     @property
     def parts(self) -> list[FramePart]:

@@ -17,7 +17,8 @@ class ServiceError(PlacementError):
 
 class ServiceConfigError(ServiceError, ValueError):
     """A ``placement.*`` Dask configuration value is missing or invalid (names the key and the
-    fix)."""
+    fix), or an option or argument of the service's classes has a bad value (names the
+    argument, the value and what it must be)."""
 
 
 class WorkerRemoved(ServiceError):

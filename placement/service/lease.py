@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from placement.errors import PlacementTypeError
+from placement.service.errors import ServiceConfigError
 from placement.service.predictor import Predictor
 from placement.storage.chooser import FixedTier, TierChooser
 from placement.storage.request import FileRequest
@@ -141,9 +143,11 @@ class LeasedChooser:
     ) -> None:
         fallback = fallback if fallback is not None else FixedTier(Tier.HDD)
         if not callable(getattr(fallback, "choose", None)):
-            raise TypeError(f"fallback={fallback!r} has no choose(request) method")
+            raise PlacementTypeError(f"fallback={fallback!r} has no choose(request) method")
         if not isinstance(unknown_size_bytes, int) or unknown_size_bytes < 0:
-            raise ValueError(f"unknown_size_bytes={unknown_size_bytes!r} must be an int >= 0")
+            raise ServiceConfigError(
+                f"unknown_size_bytes={unknown_size_bytes!r} must be an int >= 0"
+            )
         self.fallback = fallback
         self.unknown_size_bytes = unknown_size_bytes
         self.on_low = on_low
@@ -299,7 +303,9 @@ class LeasedChooser:
     def install_predictor(self, predictor: Predictor) -> None:
         """Use ``predictor`` for decisions from now on."""
         if not isinstance(predictor, Predictor):
-            raise TypeError(f"predictor must be a Predictor, got {type(predictor).__name__}")
+            raise PlacementTypeError(
+                f"predictor must be a Predictor, got {type(predictor).__name__}"
+            )
         with self._lock:
             self._predictor = predictor
 

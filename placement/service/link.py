@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from placement.errors import PlacementTypeError
 from placement.service.config import (
     LEASE_TTL_KEY,
     MAX_BACKOFF_KEY,
@@ -61,7 +62,7 @@ from placement.service.config import (
     LinkConfig,
     ServiceConfig,
 )
-from placement.service.errors import ServiceError, ServiceUnavailable
+from placement.service.errors import ServiceConfigError, ServiceError, ServiceUnavailable
 from placement.service.lease import LeasedChooser, SyncTicket
 from placement.service.predictor import Predictor
 from placement.storage.store import TempFile, TieredFileStore
@@ -108,9 +109,11 @@ class ServiceLink:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(chooser, LeasedChooser):
-            raise TypeError(f"chooser must be a LeasedChooser, got {type(chooser).__name__}")
+            raise PlacementTypeError(
+                f"chooser must be a LeasedChooser, got {type(chooser).__name__}"
+            )
         if not isinstance(address, str) or not address:
-            raise ValueError(f"address={address!r} must be the worker's address")
+            raise ServiceConfigError(f"address={address!r} must be the worker's address")
         self.chooser = chooser
         self.store = store
         self.rpc = rpc

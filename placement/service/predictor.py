@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from placement.errors import ModelError
+from placement.errors import ModelError, PlacementTypeError
 from placement.features import HistorySnapshot, features_from_request, size_estimate
 from placement.model import ModelSet
+from placement.service.errors import ServiceConfigError
 from placement.storage.request import FileRequest
 
 
@@ -49,9 +50,11 @@ class Predictor:
         source: str | None = None,
     ) -> None:
         if models is not None and not isinstance(models, ModelSet):
-            raise TypeError(f"models must be a ModelSet or None, got {type(models).__name__}")
+            raise PlacementTypeError(
+                f"models must be a ModelSet or None, got {type(models).__name__}"
+            )
         if not isinstance(version, int) or version < 0:
-            raise ValueError(f"version={version!r} must be an int >= 0")
+            raise ServiceConfigError(f"version={version!r} must be an int >= 0")
         self.models = models
         self.history = history
         self.version = version
@@ -88,7 +91,7 @@ class Predictor:
     def predict_many(self, requests: Sequence[FileRequest], sizes: Sequence[int]) -> np.ndarray:
         """Predicted log10 densities of a batch (one call per pipeline's model)."""
         if len(requests) != len(sizes):
-            raise ValueError(f"{len(requests)} requests but {len(sizes)} sizes")
+            raise ServiceConfigError(f"{len(requests)} requests but {len(sizes)} sizes")
         if not requests:
             return np.empty(0)
         if self.models is None:

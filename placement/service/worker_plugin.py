@@ -24,6 +24,7 @@ from typing import Any
 
 from distributed.spill import SpillBuffer
 
+from placement.errors import PlacementTypeError
 from placement.service.config import LinkConfig
 from placement.service.errors import ServiceError
 from placement.service.lease import LeasedChooser
@@ -129,9 +130,9 @@ class ServiceWorkerPlugin(PlacementWorkerPlugin):
         )
         fallback = fallback if fallback is not None else FixedTier(Tier.HDD)
         if not callable(getattr(fallback, "choose", None)):
-            raise TypeError(f"fallback={fallback!r} has no choose(request) method")
+            raise PlacementTypeError(f"fallback={fallback!r} has no choose(request) method")
         if link is not None and not isinstance(link, LinkConfig):
-            raise TypeError(f"link must be a LinkConfig, got {type(link).__name__}")
+            raise PlacementTypeError(f"link must be a LinkConfig, got {type(link).__name__}")
         self.fallback = fallback
         self.link_config = link
         self.swap_spill = bool(swap_spill)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
+from placement.storage.errors import StorageConfigError
 from placement.storage.request import FileKind, FileRequest
 from placement.tier import Tier
 
@@ -36,7 +37,9 @@ class FixedTier:
         try:
             self.tier = Tier(tier)
         except ValueError:
-            raise ValueError(f"tier={tier!r} is not one of {[t.value for t in Tier]}") from None
+            raise StorageConfigError(
+                f"tier={tier!r} is not one of {[t.value for t in Tier]}"
+            ) from None
 
     def choose(self, request: FileRequest) -> Tier:
         return self.tier
@@ -69,7 +72,7 @@ class ByKindTier:
             self.tiers = {FileKind(k): Tier(v) for k, v in tiers.items()}
             self.default = Tier(default)
         except ValueError as exc:
-            raise ValueError(
+            raise StorageConfigError(
                 f"ByKindTier needs FileKind -> Tier entries ({[k.value for k in FileKind]} -> "
                 f"{[t.value for t in Tier]}): {exc}"
             ) from None

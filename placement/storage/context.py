@@ -28,7 +28,9 @@ from typing import Any
 
 from dask.utils import key_split
 
+from placement.errors import PlacementTypeError
 from placement.schema import UNLABELLED
+from placement.storage.errors import StorageConfigError
 from placement.storage.request import INT32_MAX, FileKind, FileRequest, as_count
 
 #: Worker task states of a dependent that will not read its dependency again.
@@ -79,7 +81,7 @@ class RunContext:
         for name in ("pipeline", "run_id"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise ValueError(f"RunContext.{name}={value!r} must be a non-empty string")
+                raise StorageConfigError(f"RunContext.{name}={value!r} must be a non-empty string")
         # counts computed with numpy (``df.memory_usage().sum()``) are fine; floats are not,
         # and are refused here, on the driver, rather than in every file a worker creates
         for name in ("input_bytes", "n_partitions_in", "n_workers"):
@@ -103,7 +105,9 @@ def set_run_context(context: RunContext | None) -> None:
     """
     global _current
     if context is not None and not isinstance(context, RunContext):
-        raise TypeError(f"context must be a RunContext or None, got {type(context).__name__}")
+        raise PlacementTypeError(
+            f"context must be a RunContext or None, got {type(context).__name__}"
+        )
     with _context_lock:
         _current = context
 

@@ -33,4 +33,5 @@ class ShardError(StorageError, LookupError):
 
 class StorageConfigError(StorageError, ValueError):
     """A tier or log directory cannot be used as configured (names the ``placement.*-dir``
-    key, the directory and the fix)."""
+    key, the directory and the fix), or a storage option or argument has a bad value (names
+    the argument, the value and what it must be)."""

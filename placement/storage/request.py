@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from placement.schema import SCHEMA
+from placement.storage.errors import StorageConfigError
 
 
 class FileKind(str, enum.Enum):
@@ -56,7 +57,7 @@ def _as_fact(name: str, value: Any) -> int:
         try:
             number = operator.index(value)
         except TypeError:
-            raise ValueError(f"{name}={value!r} must be an int or None") from None
+            raise StorageConfigError(f"{name}={value!r} must be an int or None") from None
     if name in _INT32_FIELDS:
         number = max(-INT32_MAX, min(INT32_MAX, number))
     return number
@@ -67,8 +68,9 @@ def as_count(name: str, value: Any) -> int | None:
 
     Raises
     ------
-    ValueError
-        If ``value`` is not an integer (a float, a string...) or is negative.
+    StorageConfigError
+        (A :class:`ValueError`.) If ``value`` is not an integer (a float, a string...) or is
+        negative.
     """
     if value is None:
         return None
@@ -77,7 +79,7 @@ def as_count(name: str, value: Any) -> int | None:
     except TypeError:
         number = -1
     if number < 0 or isinstance(value, bool):
-        raise ValueError(f"{name}={value!r} must be a non-negative int or None")
+        raise StorageConfigError(f"{name}={value!r} must be a non-negative int or None")
     return number
 
 
@@ -148,16 +150,18 @@ class FileRequest:
         try:
             kind = FileKind(self.file_kind)
         except ValueError:
-            raise ValueError(
+            raise StorageConfigError(
                 f"file_kind={self.file_kind!r} is not one of {[k.value for k in FileKind]}"
             ) from None
         object.__setattr__(self, "file_kind", kind)
         if not isinstance(self.created_at, (int, float)) or not math.isfinite(self.created_at):
-            raise ValueError(f"created_at={self.created_at!r} must be a finite number of seconds")
+            raise StorageConfigError(
+                f"created_at={self.created_at!r} must be a finite number of seconds"
+            )
         for name in ("pipeline", "run_id", "stage"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise ValueError(f"{name}={value!r} must be a non-empty string")
+                raise StorageConfigError(f"{name}={value!r} must be a non-empty string")
         # numpy integers become plain ints (a fact computed with numpy must not fail a
         # spill), and int32 columns are clipped; plain ints in range, the usual case on
         # every file creation, skip both
@@ -169,7 +173,9 @@ class FileRequest:
         if self.memory_pressure is not None and not (
             isinstance(self.memory_pressure, (int, float)) and self.memory_pressure >= 0
         ):
-            raise ValueError(f"memory_pressure={self.memory_pressure!r} must be >= 0 or None")
+            raise StorageConfigError(
+                f"memory_pressure={self.memory_pressure!r} must be >= 0 or None"
+            )
 
     def to_row(self) -> dict[str, Any]:
         """The id and creation-time columns of this file's log row."""

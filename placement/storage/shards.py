@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from placement.storage.context import RequestBuilder
-from placement.storage.errors import ShardError, TierIOError
+from placement.storage.errors import ShardError, StorageConfigError, TierIOError
 from placement.storage.store import TempFile, TieredFileStore
 
 #: Folder of the store's directory that holds cache shards.
@@ -118,7 +118,7 @@ class ShardCache:
         """
         array = np.asarray(records)
         if array.ndim < 1 or array.dtype.hasobject:
-            raise ValueError(
+            raise StorageConfigError(
                 f"shard {name!r}: records must be an array of at least one dimension without "
                 f"Python objects, got shape {array.shape} and dtype {array.dtype}"
             )
@@ -206,7 +206,7 @@ class ShardCache:
         """The shard in batches of ``batch_size`` records (shuffled batch order with
         ``rng``), one read operation each, as a training epoch reads it."""
         if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be >= 1")
+            raise StorageConfigError(f"batch_size={batch_size} must be >= 1")
         starts = np.arange(0, ref.n_records, batch_size)
         if rng is not None:
             starts = rng.permutation(starts)

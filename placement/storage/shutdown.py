@@ -48,6 +48,8 @@ from collections.abc import Callable, Collection
 from types import FrameType
 from typing import Any
 
+from placement.storage.errors import StorageConfigError
+
 logger = logging.getLogger(__name__)
 
 #: Signals whose handler saves first.
@@ -84,7 +86,9 @@ class SignalSaver:
         timeout_s: float = SAVE_TIMEOUT_S,
     ) -> None:
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
-            raise ValueError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
+            raise StorageConfigError(
+                f"timeout_s={timeout_s!r} must be a positive number of seconds"
+            )
         self._flush = flush
         self._close = close
         self.ending = frozenset(int(s) for s in ending)

@@ -46,7 +46,7 @@ from placement.storage.config import (
     tier_dirs,
 )
 from placement.storage.context import RequestBuilder
-from placement.storage.errors import StorageError
+from placement.storage.errors import StorageConfigError, StorageError
 from placement.storage.paths import name_for_key
 from placement.storage.store import TempFile, TieredFileStore, frame_nbytes
 
@@ -157,7 +157,7 @@ class TieredSpillBuffer(SpillBuffer):
         explicit_target: bool = True,
     ) -> None:
         if not isinstance(target, int) or target < 0:
-            raise ValueError(f"target={target!r} must be a non-negative number of bytes")
+            raise StorageConfigError(f"target={target!r} must be a non-negative number of bytes")
         # Slow() insists on a directory for its zict.File; the mapping is replaced below,
         # so nothing is ever written there.
         with tempfile.TemporaryDirectory(prefix="placement-unused-") as scratch:

@@ -59,8 +59,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from placement.errors import PlacementTypeError
 from placement.storage.chooser import FixedTier, TierChooser
-from placement.storage.errors import StorageError, TierIOError
+from placement.storage.errors import StorageConfigError, StorageError, TierIOError
 from placement.storage.paths import PARTIAL_SUFFIX, resolve_within
 from placement.storage.request import FileRequest
 from placement.tier import Tier
@@ -275,14 +276,14 @@ class TieredFileStore:
                     "point it at a writable directory"
                 ) from exc
         if tier_dirs[Tier.SSD].resolve() == tier_dirs[Tier.HDD].resolve():
-            raise ValueError(
+            raise StorageConfigError(
                 f"ssd_dir and hdd_dir are the same directory ({tier_dirs[Tier.SSD]}); "
                 "give each tier its own directory"
             )
         if chooser is None:
             chooser = FixedTier(Tier.HDD)
         if not callable(getattr(chooser, "choose", None)):
-            raise TypeError(f"chooser={chooser!r} has no choose(request) method")
+            raise PlacementTypeError(f"chooser={chooser!r} has no choose(request) method")
         self.tier_dirs = tier_dirs
         self.chooser = chooser
         self.sink = sink
@@ -441,7 +442,7 @@ class TieredFileStore:
             If a live file already has this name, or the store is closed.
         """
         if not isinstance(request, FileRequest):
-            raise TypeError(f"request must be a FileRequest, got {type(request).__name__}")
+            raise PlacementTypeError(f"request must be a FileRequest, got {type(request).__name__}")
         chosen = Tier(tier) if tier is not None else self._choose(request)
         path = resolve_within(self.roots[chosen], name)
         with self._lock:
@@ -645,18 +646,18 @@ class TieredFileStore:
 
         Raises
         ------
-        ValueError
-            If the range is negative or runs past the end of the file.
+        StorageConfigError
+            (A :class:`ValueError`.) If the range is negative or runs past the end of the file.
         """
         if offset < 0 or nbytes < 0:
-            raise ValueError(f"offset={offset} and nbytes={nbytes} must be >= 0")
+            raise StorageConfigError(f"offset={offset} and nbytes={nbytes} must be >= 0")
         path = self.seal(handle)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             try:
                 size = os.fstat(fd).st_size
                 if offset + nbytes > size:
-                    raise ValueError(
+                    raise StorageConfigError(
                         f"range [{offset}, {offset + nbytes}) runs past the end of "
                         f"{handle.name!r} ({size} bytes)"
                     )

@@ -24,6 +24,7 @@ from typing import Any
 
 from tornado.ioloop import PeriodicCallback
 
+from placement.errors import PlacementTypeError
 from placement.logwriter import LogWriter
 from placement.storage.chooser import TierChooser
 from placement.storage.config import (
@@ -37,7 +38,7 @@ from placement.storage.config import (
     tier_dirs,
 )
 from placement.storage.context import RequestBuilder
-from placement.storage.errors import StorageError
+from placement.storage.errors import StorageConfigError, StorageError
 from placement.storage.shuffle import ShuffleFileRouter
 from placement.storage.shutdown import SignalSaver
 from placement.storage.spill import TieredSpillBuffer
@@ -111,11 +112,15 @@ class StorageOptions:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.flush_interval_s, (int, float)) and self.flush_interval_s > 0):
-            raise ValueError(f"flush_interval_s={self.flush_interval_s!r} must be > 0 seconds")
+            raise StorageConfigError(
+                f"flush_interval_s={self.flush_interval_s!r} must be > 0 seconds"
+            )
         if not isinstance(self.save_on_signal, bool):
-            raise TypeError(f"save_on_signal={self.save_on_signal!r} must be True or False")
+            raise PlacementTypeError(
+                f"save_on_signal={self.save_on_signal!r} must be True or False"
+            )
         if self.chooser is not None and not callable(getattr(self.chooser, "choose", None)):
-            raise TypeError(f"chooser={self.chooser!r} has no choose(request) method")
+            raise PlacementTypeError(f"chooser={self.chooser!r} has no choose(request) method")
 
 
 class WorkerStorage:

@@ -106,3 +106,13 @@ def test_batch_encoding_equals_record_encoding(data, size, n, variant) -> None:
     assert rows.shape == (n, size + RECORD_OVERHEAD)
     for i in range(n):
         assert rows[i].tobytes() == encode_record(int(idx[i]), variant, int(lab[i]), payloads[i])
+
+
+def test_keys_out_of_range_raise_the_packages_config_error() -> None:
+    from cache.errors import CacheConfigError, CacheError
+
+    with pytest.raises(CacheError, match="sample indices must be in") as info:
+        pack_keys(np.array([-1]), 0)
+    assert isinstance(info.value, CacheConfigError) and isinstance(info.value, ValueError)
+    with pytest.raises(CacheError, match="variant must be in"):
+        pack_key(0, 1 << 16)

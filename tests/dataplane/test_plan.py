@@ -151,3 +151,13 @@ def test_partial_with_fewer_remaining_samples_than_ranks_repeats_instead_of_empt
 def test_invalid_plans_are_rejected(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         EpochPlan(**kwargs)
+
+
+def test_invalid_plans_raise_the_packages_config_error() -> None:
+    from dataplane.errors import ConfigError, DataplaneError
+
+    with pytest.raises(DataplaneError, match="num_samples must be positive, got 0") as info:
+        EpochPlan(num_samples=0, batch_size=1)
+    assert isinstance(info.value, ConfigError) and isinstance(info.value, ValueError)
+    with pytest.raises(DataplaneError, match=r"need 0 <= seed < 2\*\*48"):
+        EpochPlan(num_samples=5, batch_size=1, seed=-1)

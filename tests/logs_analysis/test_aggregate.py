@@ -217,3 +217,15 @@ def test_decades_leave_out_files_without_io(tmp_path: Path) -> None:
     # counts are integers
     assert isinstance(overall.bytes, int) and isinstance(overall.ops, int)
     assert overall.ops == int(ops.sum()) and overall.bytes == n * 10**6
+
+
+def test_bad_options_raise_analysis_errors() -> None:
+    from logs_analysis.errors import AnalysisConfigError, AnalysisError
+
+    with pytest.raises(AnalysisError, match="sample_rows=5 must be an int >= 100") as info:
+        AggregateConfig(sample_rows=5)
+    assert isinstance(info.value, AnalysisConfigError) and isinstance(info.value, ValueError)
+    with pytest.raises(AnalysisError, match="'thread' is not one of"):
+        AggregateConfig(scheduler="thread")
+    with pytest.raises(AnalysisError, match="n_rows=0 must be positive"):
+        next(resample_runs(pa.table({"run_id": ["a"]}), 0))

@@ -372,3 +372,16 @@ def test_no_progress_bar_off_a_terminal(spark_dir: Path, capfd: pytest.CaptureFi
     build_report([spark_dir / "local-1430917381534"], ReportConfig(progress=True))
     err = capfd.readouterr().err
     assert "report:" not in err and "stage/s" not in err
+
+
+def test_bad_options_raise_analysis_errors() -> None:
+    from logs_analysis import AnalysisConfigError, AnalysisError
+    from logs_analysis.analyses.predictability import PredictabilityConfig
+
+    with pytest.raises(AnalysisError, match="budgets") as info:
+        ReportConfig(budgets=(0.0,))
+    assert isinstance(info.value, AnalysisConfigError) and isinstance(info.value, ValueError)
+    with pytest.raises(AnalysisError, match="format='csv' must be one of"):
+        ReportConfig(format="csv")
+    with pytest.raises(AnalysisError, match="folds=1 must be an int >= 2"):
+        PredictabilityConfig(folds=1)

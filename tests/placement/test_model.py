@@ -393,3 +393,15 @@ def test_overlapping_saves_into_one_directory_take_turns(
         ModelSet.load(d).predict(feats, names), second.predict(feats, names)
     )
     assert len(list((d / "sets").iterdir())) == 2
+
+
+def test_bad_model_options_raise_placement_errors() -> None:
+    from placement.errors import PlacementConfigError, PlacementError, PlacementTypeError
+
+    with pytest.raises(PlacementError, match=r"num_leaves=1 must be an int >= 2") as info:
+        ModelParams(num_leaves=1)
+    assert isinstance(info.value, PlacementConfigError) and isinstance(info.value, ValueError)
+    with pytest.raises(PlacementError, match="kind='cover' must be 'gain' or 'split'"):
+        DensityModel().feature_importances("cover")
+    with pytest.raises(PlacementTypeError, match="global_model must be a DensityModel"):
+        ModelSet("not a model")  # type: ignore[arg-type]

@@ -43,3 +43,22 @@ def test_text_table_aligns_text_left_and_numbers_right() -> None:
     assert lines[3].index("shuffle") == lines[0].index("kind")
     # cells are printed as given: "007" stays "007"
     assert "007" in text_table(["id"], [["007"]])
+
+
+def test_bad_service_arguments_raise_service_errors() -> None:
+    from placement.errors import PlacementTypeError
+    from placement.service import ServiceConfigError, ServiceError
+    from placement.service.demo import PipelineSpec
+    from placement.service.lease import LeasedChooser
+    from placement.service.predictor import Predictor
+
+    with pytest.raises(ServiceError, match="version=-1 must be an int >= 0") as info:
+        Predictor(version=-1)
+    assert isinstance(info.value, ServiceConfigError) and isinstance(info.value, ValueError)
+    with pytest.raises(ServiceError, match="unknown_size_bytes=-1 must be an int >= 0"):
+        LeasedChooser(unknown_size_bytes=-1)
+    with pytest.raises(ServiceError, match="PipelineSpec rows=0 must be a positive int"):
+        PipelineSpec(rows=0)
+    with pytest.raises(PlacementTypeError, match="models must be a ModelSet or None") as type_info:
+        Predictor(models="x")  # type: ignore[arg-type]
+    assert isinstance(type_info.value, TypeError)

@@ -997,3 +997,19 @@ def test_storage_attached_from_the_client_checks_its_directories_first(tmp_path:
         with pytest.raises(StorageConfigError, match=r"placement.hdd-dir=.* is not writable"):
             WorkerStorage.attach(_BareWorker(tmp_path), options)
     assert not (tmp_path / "ssd").exists() or not any((tmp_path / "ssd").iterdir())
+
+
+def test_bad_storage_arguments_raise_storage_errors(tmp_path: Path) -> None:
+    from placement.errors import PlacementError, PlacementTypeError
+    from placement.storage import StorageConfigError
+
+    with pytest.raises(StorageError, match="created_at") as info:
+        FileRequest(file_kind=FileKind.SPILL, created_at=float("nan"))
+    assert isinstance(info.value, StorageConfigError) and isinstance(info.value, ValueError)
+    assert isinstance(info.value, PlacementError)
+    with pytest.raises(StorageError, match="ssd_dir and hdd_dir are the same directory"):
+        TieredFileStore(ssd_dir=tmp_path, hdd_dir=tmp_path)
+    with pytest.raises(StorageError, match="tier='tape' is not one of"):
+        FixedTier("tape")  # type: ignore[arg-type]
+    with pytest.raises(PlacementTypeError, match="has no choose"):
+        TieredFileStore(ssd_dir=tmp_path / "s", hdd_dir=tmp_path / "h", chooser=object())  # type: ignore[arg-type]

@@ -403,3 +403,13 @@ def test_options_are_validated(tmp_path: Path) -> None:
         LogWriter(tmp_path, max_rows=10, max_buffered_rows=5)
     with pytest.raises(ValueError, match="prefix"):
         LogWriter(tmp_path, prefix="../x")
+
+
+def test_bad_options_raise_placement_errors(tmp_path: Path) -> None:
+    from placement.errors import PlacementConfigError, PlacementError
+
+    with pytest.raises(PlacementError, match="max_rows=0 must be a positive int") as info:
+        LogWriter(tmp_path, max_rows=0)
+    assert isinstance(info.value, PlacementConfigError) and isinstance(info.value, ValueError)
+    with pytest.raises(PlacementError, match="prefix"):
+        LogWriter(tmp_path, prefix="../x")

@@ -151,3 +151,13 @@ def test_randaugment_on_grayscale_images_runs_on_one_channel(fmnist_pngs: list[b
         out = run_once(recipe, fmnist_pngs * 4, seed=seed)
         assert out.shape == (64, 1, 28, 28) and out.dtype == np.uint8
     assert not np.array_equal(out, plain), "RandAugment changed the pixels"
+
+
+def test_misshapen_images_raise_a_preprocessing_error() -> None:
+    from preprocessing import PreprocessingError, PreprocessingInputError
+
+    recipe = make_recipe("eval", size=4, channels=3)
+    images = torch.zeros((2, 1, 4, 4), dtype=torch.uint8)
+    with pytest.raises(PreprocessingError, match="C=3") as info:
+        normalize(images, recipe)
+    assert isinstance(info.value, PreprocessingInputError) and isinstance(info.value, ValueError)
