@@ -130,7 +130,16 @@ def _echo_notes(exc: BaseException) -> None:
     help="Parent of the temporary tier directories.",
 )
 @click.option("--list", "list_only", is_flag=True, help="List the workloads and sizes, then exit.")
-@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace the collection OUT_DIR holds already (refused without it).",
+)
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="Hide the progress bar (shown only when stderr is a terminal).",
+)
 def collect_command(
     out_dir: Path | None,
     pipelines: str | None,
@@ -142,6 +151,7 @@ def collect_command(
     tier: str,
     scratch_dir: str | None,
     list_only: bool,
+    overwrite: bool,
     no_progress: bool,
 ) -> None:
     """Run the real Dask workload suite and write OUT_DIR/io_log.parquet and OUT_DIR/summary.json.
@@ -149,7 +159,7 @@ def collect_command(
     Every spill, P2P shuffle, rechunk and cache-shard file the runs create is counted
     and logged (one row per file). Prints the summary as JSON.
     """
-    from placement.collect import KEPT_PARTS_LOGGER, CollectOptions, collect
+    from placement.collect import KEPT_PARTS_LOGGER, LOG_FILE, CollectOptions, collect
     from placement.errors import PlacementError
     from placement.tier import Tier
     from placement.workloads import SIZES, WORKLOADS, WorkloadError
@@ -164,6 +174,11 @@ def collect_command(
         return
     if out_dir is None:
         raise click.UsageError("give OUT_DIR, the directory for io_log.parquet and summary.json")
+    if (Path(out_dir) / LOG_FILE).exists() and not overwrite:  # minutes of runs, or a shared log
+        raise click.UsageError(
+            f"{out_dir} holds a collection already ({LOG_FILE}); give another OUT_DIR, or "
+            "--overwrite to replace it"
+        )
     try:
         seed_list = [int(s) for s in _csv(seeds) or []]
     except ValueError:

@@ -407,7 +407,7 @@ def _collect(
     ):
         client.register_plugin(PlacementWorkerPlugin(flush_interval_s=3600.0))
         runs = options.runs()
-        bar = tqdm(runs, desc="placement collect", unit="run", disable=not progress)
+        bar = tqdm(runs, desc="placement collect", unit="run", disable=None if progress else True)
         for name, size, seed in bar:
             bar.set_postfix_str(f"{name}/{size}/s{seed}")
             spec = WorkloadSpec(SIZES[size], seed, options.n_workers)

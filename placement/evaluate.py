@@ -720,7 +720,12 @@ def evaluate(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(policies) * len(config.budgets), desc="evaluate", unit="replay")
+        bar = tqdm(
+            total=len(policies) * len(config.budgets),
+            desc="evaluate",
+            unit="replay",
+            disable=None,  # shown on a terminal only
+        )
     replays = replay_budgets(
         trace,
         policies,

@@ -350,6 +350,7 @@ class DensityModel:
         self.metadata["dropped_rows"] = issues.n_dropped
         self.metadata["pipelines"] = sorted(map(str, df["pipeline"].unique()))
         self.metadata["runs"] = int(df["run_id"].nunique())
+        self.metadata["run_ids"] = sorted(map(str, df["run_id"].unique()))
         return self
 
     def fit_features(
@@ -704,6 +705,8 @@ class ModelSet:
         target = log_density(df)
         global_model = DensityModel(params).fit_features(features, target)
         global_model.metadata["pipelines"] = sorted(map(str, df["pipeline"].unique()))
+        # what `placement simulate` checks to say its figures are in-sample
+        global_model.metadata["run_ids"] = sorted(map(str, df["run_id"].unique()))
         pipes = df["pipeline"].astype(str).to_numpy()
         return cls.from_global(
             global_model,

@@ -62,6 +62,14 @@ def _kept_parts_hint(kept: Sequence[Path]) -> str:
     )
 
 
+def _check_paths(paths: Sequence[str]) -> None:
+    """Refuse a log path that does not exist (a typo would train or evaluate on less data
+    without a word), before any output directory is made."""
+    for p in paths:
+        if not os.path.lexists(p):
+            raise click.ClickException(f"log path {p} does not exist; check the path")
+
+
 def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], RowIssues]:
     """Log rows of ``paths`` (files or directories), a report of what was skipped, and the
     bad rows :func:`placement.features.clean_table` dropped.
@@ -75,6 +83,7 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
     from placement.features import clean_table
     from placement.logwriter import kept_parts_dirs, log_files, read_logs
 
+    _check_paths(paths)
     files: list[Path] = []
     kept: list[Path] = []  # .parts-* directories of interrupted collections, in paths given
     seen: set[str] = set()
@@ -107,7 +116,7 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
     if progress and len(files) > 1:
         from tqdm import tqdm
 
-        iterator = tqdm(files, desc="read logs", unit="file", file=sys.stderr)
+        iterator = tqdm(files, desc="read logs", unit="file", file=sys.stderr, disable=None)
     for f in iterator:
         logset = read_logs([f])
         bad.extend((str(p), reason) for p, reason in logset.bad_files)
@@ -231,7 +240,9 @@ _combine_option = click.option(
     "--trees", default=300, show_default=True, type=click.IntRange(1), help="Boosting rounds."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@click.option(
+    "--no-progress", is_flag=True, help="Hide progress bars (shown only when stderr is a terminal)."
+)
 def train_command(
     logs: tuple[str, ...],
     out_dir: Path,
@@ -246,6 +257,8 @@ def train_command(
     from placement.features import HistoryStore
     from placement.model import ModelParams, ModelSet
 
+    _check_paths(logs)
+    _check_writable(out_dir)  # before the training, not after it
     df, report, _ = _read(logs, not no_progress)
     try:
         models = ModelSet.fit(
@@ -357,7 +370,9 @@ def _budgets(value: str) -> tuple[float, ...]:
 @_overlap_option
 @price_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@click.option(
+    "--no-progress", is_flag=True, help="Hide progress bars (shown only when stderr is a terminal)."
+)
 def evaluate_command(
     logs: tuple[str, ...],
     out_dir: Path,
@@ -393,6 +408,7 @@ def evaluate_command(
         )
     except PlacementError as exc:
         raise click.UsageError(str(exc)) from exc
+    _check_paths(logs)
     _check_writable(out_dir)
     df, report, issues = _read(logs, not no_progress)
     try:
@@ -447,6 +463,24 @@ def _check_writable(directory: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- simulate
+def _model_facts(models: Any, model_dir: Path | None, df: Any) -> dict[str, Any]:
+    """Which model ``simulate`` replayed: its directory, training rows, per-pipeline
+    models, and how many of the replayed runs it was trained on (``None``: a model
+    saved without its run ids)."""
+    meta = models.global_model.metadata
+    trained = meta.get("run_ids")
+    return {
+        "dir": str(model_dir),
+        "trained_rows": meta.get("trained_rows"),
+        "trained_at": meta.get("trained_at"),
+        "per_pipeline_models": sorted(models.per_pipeline),
+        "combine": models.combine.value,
+        "runs_trained_on_here": (
+            len(set(trained) & set(df["run_id"].astype(str))) if trained is not None else None
+        ),
+    }
+
+
 #: a size with its unit: ``2GiB``, ``500MB``, ``1.5g``, ``4096B`` (a bare number is a percent)
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)\s*$", re.IGNORECASE)
 _UNITS = {
@@ -578,7 +612,9 @@ POLICY_CHOICES = (
 )
 @price_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@click.option(
+    "--no-progress", is_flag=True, help="Hide progress bars (shown only when stderr is a terminal)."
+)
 def simulate_command(
     logs: tuple[str, ...],
     model_dir: Path | None,
@@ -625,6 +661,7 @@ def simulate_command(
                 models = ModelSet.load(model_dir)
             except ModelError as exc:
                 raise click.ClickException(str(exc)) from exc
+    _check_paths(logs)
     if out_dir is not None:
         _check_writable(out_dir)
     df, report, _ = _read(logs, not no_progress)
@@ -667,6 +704,15 @@ def simulate_command(
         "cost_model": cost.to_dict(),
         "results": results,
     }
+    if models is not None:
+        payload["model"] = _model_facts(models, model_dir, df)
+        seen = payload["model"]["runs_trained_on_here"]
+        if seen:
+            notes.append(
+                f"lightgbm is in-sample: its model was trained on {seen} of the "
+                f"{df['run_id'].nunique()} runs replayed here; `dataplane placement evaluate` "
+                "gives held-out figures"
+            )
     if notes:
         payload["notes"] = notes
     if bound:
@@ -676,8 +722,14 @@ def simulate_command(
             raise click.ClickException(str(exc)) from exc
     replayed = "" if overlap is None else f"; runs replayed {overlap:g} at a time"
     of_peak = " of" if payload["budget"].endswith("%") else ";"
+    model_line = (
+        [f"model: {model_dir} ({payload['model']['trained_rows']} training rows)"]
+        if models is not None
+        else []
+    )
     lines = [
         f"logs: {', '.join(logs)}",
+        *model_line,
         _input_text(report),
         f"SSD budget {cap:,} bytes ({payload['budget']}{of_peak} peak live bytes {peak:,}"
         f"{replayed})",

@@ -452,7 +452,13 @@ def simulate(
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=2 * n, desc=f"simulate {policy.name}", unit="event", leave=False)
+            bar = tqdm(
+                total=2 * n,
+                desc=f"simulate {policy.name}",
+                unit="event",
+                leave=False,
+                disable=None,  # shown on a terminal only, not in pipes and log files
+            )
         step = max(1, (2 * n) // 200)
         for k, (t, create, i) in enumerate(zip(ev_time, ev_create, ev_file, strict=True)):
             if create:

@@ -452,3 +452,57 @@ def test_a_bad_price_is_a_usage_error_naming_the_field(zero_log: Path) -> None:
         res = _invoke(*command, "--price", "ssd_usd_per_gb=0.01")
         assert res.exit_code == 2, res.output
         assert "--price" in res.output and "did you mean ssd_usd_per_gb_month?" in res.output
+
+
+def test_train_refuses_an_out_it_cannot_write_before_training(
+    tmp_path: Path, zero_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from placement.model import ModelSet
+
+    def no_training(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("the training ran")
+
+    monkeypatch.setattr(ModelSet, "fit", no_training)
+    (tmp_path / "file").write_text("a regular file")
+    out = tmp_path / "file" / "model"
+    res = _invoke("train", str(zero_log), "--out", str(out), "--no-progress")
+    assert res.exit_code == 1, res.output
+    assert f"cannot write to {out}:" in res.output and "--out" in res.output
+
+
+def test_a_log_path_that_does_not_exist_is_refused_not_skipped(
+    tmp_path: Path, zero_log: Path
+) -> None:
+    typo = tmp_path / "lgos"
+    for command in (
+        ["train", str(zero_log), str(typo), "--out", str(tmp_path / "m")],
+        ["evaluate", str(zero_log), str(typo), "--out", str(tmp_path / "e"), *QUICK],
+        ["simulate", str(zero_log), str(typo), "--no-progress"],
+    ):
+        res = _invoke(*command)
+        assert res.exit_code == 1, (command, res.output)
+        assert f"log path {typo} does not exist" in res.output, res.output
+    assert not (tmp_path / "m").exists(), "nothing trained on the logs that were there"
+
+
+def test_simulate_names_its_model_and_says_when_its_figures_are_in_sample(
+    tmp_path: Path,
+) -> None:
+    seen, unseen = tmp_path / "seen.parquet", tmp_path / "unseen.parquet"
+    pq.write_table(make_log(pipelines=2, runs=3, files_per_stage=2, seed=5), seen)
+    other = make_log(pipelines=2, runs=3, files_per_stage=2, seed=6)
+    runs = [f"later-{r}" for r in other.column("run_id").to_pylist()]
+    pq.write_table(_with_column(other, "run_id", runs), unseen)
+    model = tmp_path / "model"
+    assert _invoke("train", str(seen), "--out", str(model), "--trees", "5").exit_code == 0
+    for log, trained_on in ((seen, 6), (unseen, 0)):
+        res = _invoke("simulate", str(log), "--model", str(model), "--no-progress", "--json")
+        assert res.exit_code == 0, res.output
+        payload = _strict(res.output)
+        facts = payload["model"]
+        assert facts["dir"] == str(model) and facts["trained_rows"] > 0
+        assert facts["runs_trained_on_here"] == trained_on
+        in_sample = any("in-sample" in n for n in payload.get("notes", []))
+        assert in_sample == (trained_on > 0), payload.get("notes")
+    text = _invoke("simulate", str(seen), "--model", str(model), "--no-progress").output
+    assert f"model: {model}" in text and "trained on 6 of the 6 runs" in text

@@ -279,6 +279,36 @@ def test_cli_collect_interrupted_prints_where_the_runs_are(
     assert "kept in X/.parts-1" in res.output and "Aborted!" in res.output
 
 
+def test_cli_collect_refuses_to_replace_a_collection_without_overwrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from placement import collect as collect_module
+
+    calls: list[Path] = []
+
+    def collected(out: Path, *_args, **_kwargs):
+        calls.append(out)
+        return {
+            "total": {"rows": 1, "io_density": {}},
+            "runs": [],
+            "failed_runs": [],
+            "dropped_rows": {},
+            "wall_s": 1.0,
+            "pipelines": {},
+        }
+
+    monkeypatch.setattr(collect_module, "collect", collected)
+    (tmp_path / "io_log.parquet").write_bytes(b"minutes of runs")
+    res = CliRunner().invoke(placement_group, ["collect", str(tmp_path), "--no-progress"])
+    assert res.exit_code == 2 and calls == [], res.output
+    assert "holds a collection already (io_log.parquet)" in res.output
+    assert "--overwrite" in res.output
+    assert (tmp_path / "io_log.parquet").read_bytes() == b"minutes of runs"
+    args = ["collect", str(tmp_path), "--overwrite", "--no-progress"]
+    res = CliRunner().invoke(placement_group, args)
+    assert res.exit_code == 0 and calls == [tmp_path], res.output
+
+
 def test_cli_collect_prints_the_rows_it_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
