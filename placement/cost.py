@@ -436,9 +436,10 @@ def with_prices(items: Iterable[str], base: CostModel | None = None) -> CostMode
         try:
             changes[name] = float(text)
         except ValueError:
+            unit = FIELD_MEANINGS[name][1] if name in FIELD_MEANINGS else "the field's unit"
             raise PlacementConfigError(
-                f"price {name}={text!r} is not a number; give it in the unit of the field "
-                "(US dollars, bytes, seconds; see placement.cost.CostModel)"
+                f"price {name}={text!r} is not a number; give it in {unit}, e.g. "
+                f"{name}={getattr(CostModel(), name)}"
             ) from None
     return dataclasses.replace(base or CostModel(), **changes)
 

@@ -434,6 +434,8 @@ class EvaluationResult:
                 label=name,
                 **styles[name].kwargs(),
             )
+        if len(set(budgets)) == 1:  # one point: a range around it (matplotlib warns otherwise)
+            ax.set_xlim(50 * budgets[0], 200 * budgets[0])
         ax.set_xscale("log")
         ax.set_xticks([100 * b for b in budgets], [f"{100 * b:g}%" for b in budgets])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # only the budgets

@@ -324,9 +324,18 @@ _overlap_option = click.option(
 
 def _budgets(value: str) -> tuple[float, ...]:
     try:
-        return budgets_from_percents(value)
+        budgets = budgets_from_percents(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--budgets") from None
+    labels = budgets_to_percents(budgets).split(",")
+    repeated = sorted({label for label in labels if labels.count(label) > 1}, key=float)
+    if repeated:  # results are told apart by their labels
+        raise click.BadParameter(
+            f"{', '.join(f'{label}%' for label in repeated)} given more than once; give each "
+            "budget once",
+            param_hint="--budgets",
+        )
+    return budgets
 
 
 @click.command("evaluate")

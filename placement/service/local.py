@@ -41,6 +41,14 @@ def tight_memory(target_fraction: float = 0.02) -> dict[str, Any]:
     return spill_heavy_settings(target_fraction)
 
 
+def _byte_size(name: str, value: Any) -> int:
+    """``value`` (``"2GiB"``) in bytes; a :class:`ServiceConfigError` naming ``name``."""
+    try:
+        return int(parse_bytes(value))
+    except (ValueError, TypeError) as exc:
+        raise ServiceConfigError(f"{name}={value!r}: {exc}; give sizes such as '2GiB'") from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServeOptions:
     """An embedded cluster running the service (validated at construction).
@@ -95,18 +103,12 @@ class ServeOptions:
             raise ServiceConfigError(
                 f"scheduler_port={self.scheduler_port!r} must be in [0, 65535]"
             )
-        try:
-            capacity = (
-                parse_bytes(self.ssd_capacity)
-                if isinstance(self.ssd_capacity, str)
-                else self.ssd_capacity
-            )
-            parse_bytes(self.memory_limit)
-        except (ValueError, TypeError) as exc:
-            raise ServiceConfigError(
-                f"ssd_capacity={self.ssd_capacity!r} / memory_limit={self.memory_limit!r}: {exc}; "
-                "give sizes such as '2GiB'"
-            ) from None
+        capacity = (
+            _byte_size("ssd_capacity", self.ssd_capacity)
+            if isinstance(self.ssd_capacity, str)
+            else self.ssd_capacity
+        )
+        _byte_size("memory_limit", self.memory_limit)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ServiceConfigError(f"ssd_capacity={self.ssd_capacity!r} must be >= 0 bytes")
         if self.ssd_dir == self.hdd_dir:

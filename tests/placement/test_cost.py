@@ -187,7 +187,7 @@ def test_with_prices_changes_the_named_fields_only() -> None:
         ("ssd_usd_per_gb_month", "is not NAME=VALUE"),
         ("=1", "is not NAME=VALUE"),
         ("ssd_usd_per_gb=0.1", "did you mean ssd_usd_per_gb_month?"),
-        ("hdd_iops_per_drive=many", "is not a number"),
+        ("hdd_iops_per_drive=many", "is not a number; give it in operations per second, e.g."),
         ("hdd_iops_per_drive=0", "must be > 0"),
         ("ssd_usd_per_gb_month=inf", "must be a finite number"),
     ],

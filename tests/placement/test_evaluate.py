@@ -206,8 +206,7 @@ def test_cli_train_reports_bad_inputs_and_saves(tmp_path: Path, log_dir: Path) -
         [
             "train",
             str(log_dir),
-            str(tmp_path / "junk.parquet"),
-            str(tmp_path / "missing"),
+            str(tmp_path / "junk.parquet"),  # (a path that does not exist is refused)
             "--out",
             str(out),
             "--per-workload",
@@ -221,7 +220,7 @@ def test_cli_train_reports_bad_inputs_and_saves(tmp_path: Path, log_dir: Path) -
     )
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
-    assert payload["input"]["bad_files"] == 2 and payload["input"]["files_read"] == 2
+    assert payload["input"]["bad_files"] == 1 and payload["input"]["files_read"] == 2
     assert len(payload["per_pipeline_models"]) == 4 and payload["combine"] == "mean"
     index = json.loads((out / "models.json").read_text())
     assert index["combine"] == "mean" and (out / index["global"] / "model.txt").is_file()

@@ -116,7 +116,7 @@ def test_budgets_with_one_label_are_refused_before_any_work(
     for budgets in ("5,5", "1,5,5.0000001"):
         res = _invoke("evaluate", str(zero_log), "--out", str(out), "--budgets", budgets)
         assert res.exit_code == 2, res.output
-        assert "--budgets" in res.output and "5% more than once" in res.output
+        assert "Invalid value for --budgets: 5% given more than once" in res.output
         assert "Traceback" not in res.output
     assert not out.exists()
 
@@ -506,3 +506,16 @@ def test_simulate_names_its_model_and_says_when_its_figures_are_in_sample(
         assert in_sample == (trained_on > 0), payload.get("notes")
     text = _invoke("simulate", str(seen), "--model", str(model), "--no-progress").output
     assert f"model: {model}" in text and "trained on 6 of the 6 runs" in text
+
+
+def test_a_single_budget_plots_without_a_matplotlib_warning(
+    tmp_path: Path, bad_rows_log: Path
+) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = _invoke(
+            "evaluate", str(bad_rows_log), "--out", str(tmp_path), *QUICK, "--budgets", "0.0001"
+        )
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "placement-eval.png").stat().st_size > 0
+    assert [str(w.message) for w in caught if "xlims" in str(w.message)] == []

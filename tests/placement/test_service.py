@@ -1155,6 +1155,7 @@ def test_serve_refusing_its_options_leaves_no_temporary_directory(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     res = CliRunner().invoke(serve_command, ["--ssd-capacity", "lots", "--log-dir", "x"])
     assert res.exit_code == 2 and "ssd_capacity='lots'" in res.output
+    assert "memory_limit" not in res.output, "only the bad value is named"
     assert list(tmp_path.iterdir()) == []
 
 
