@@ -22,7 +22,7 @@ from tests.placement.conftest import unwritable_dir
 pytestmark = pytest.mark.timeout(300)
 
 DASK = str(Path(sys.executable).parent / "dask")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MiB = 2**20
 #: Longest wait for a process to start or stop, in seconds (a bound, not a timing).
 PATIENCE = 60.0

@@ -725,7 +725,7 @@ def test_a_dask_worker_stopped_with_its_process_group_logs_every_row(
 
     env = {  # the worker runs make_rows, which it imports from this repository's tests
         "PYTHONPATH": os.pathsep.join(
-            p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")) if p
+            p for p in (str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH")) if p
         ),
     }
     with preload_cluster(
