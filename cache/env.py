@@ -206,6 +206,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def explain(exc: BaseException) -> str:
+    """What went wrong, in words: the OS's text for an :class:`OSError` with an errno
+    (``"No space left on device"``), else the exception's message."""
     text = str(exc)
     if isinstance(exc, OSError) and exc.errno is not None:
         text = os.strerror(exc.errno)
@@ -510,6 +512,23 @@ def _open_env(
 
 
 def acquire(path: Path, config: CacheConfig | None, *, create: bool) -> SharedEnv:
+    """This process's shared environment of the cache at ``path``, opened on first use
+    (LMDB allows one per process and file) and counted; pair with :func:`release`.
+
+    Parameters
+    ----------
+    path : Path
+        The cache's directory.
+    config : CacheConfig, optional
+        Its options (``max_bytes`` in bytes bounds the map of a first opener).
+    create : bool
+        Create the cache if it does not exist.
+
+    Raises
+    ------
+    CacheError
+        If the cache cannot be opened (a :class:`DamagedCacheError` for a damaged file).
+    """
     key = os.path.realpath(path)
     with _REGISTRY_LOCK:
         shared = _REGISTRY.get(key)
@@ -526,6 +545,8 @@ def acquire(path: Path, config: CacheConfig | None, *, create: bool) -> SharedEn
 
 
 def release(path: Path, shared: SharedEnv) -> None:
+    """Give back one :func:`acquire` of ``shared``; the last user in the process that
+    opened it closes it (one inherited through ``fork`` is never closed here)."""
     key = os.path.realpath(path)
     with _REGISTRY_LOCK:
         shared.users -= 1

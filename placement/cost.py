@@ -346,7 +346,22 @@ class CostModel:
 
     # ---------------------------------------------------------------- per file
     def ssd_cost(self, size_bytes: Any, lifetime_s: Any, write_bytes: Any = 0.0) -> np.ndarray:
-        """TCO in US dollars of files on SSD: capacity for their life, plus wear if priced."""
+        """TCO in US dollars of files on SSD: capacity for their life, plus wear if priced.
+
+        Parameters
+        ----------
+        size_bytes : array_like
+            Largest size of each file, in bytes.
+        lifetime_s : array_like
+            Seconds from creation to deletion.
+        write_bytes : array_like, optional
+            Bytes written to each file (priced by ``ssd_usd_per_tb_written``).
+
+        Returns
+        -------
+        numpy.ndarray
+            US dollars per file.
+        """
         cost = (
             np.asarray(size_bytes, np.float64)
             * np.asarray(lifetime_s, np.float64)
@@ -359,7 +374,26 @@ class CostModel:
     def hdd_cost(
         self, size_bytes: Any, lifetime_s: Any, ops: Any, io_bytes: Any = 0.0
     ) -> np.ndarray:
-        """TCO in US dollars of files on HDD: max(capacity cost, drive-time cost)."""
+        """TCO in US dollars of files on HDD: max(capacity cost, drive-time cost).
+
+        Parameters
+        ----------
+        size_bytes : array_like
+            Largest size of each file, in bytes.
+        lifetime_s : array_like
+            Seconds from creation to deletion.
+        ops : array_like
+            Read and write operations over each file's life (each costs one random access
+            of a drive, ``hdd_usd_per_op``).
+        io_bytes : array_like, optional
+            Bytes read and written (their transfer time is priced when ``hdd_bytes_per_s``
+            is set).
+
+        Returns
+        -------
+        numpy.ndarray
+            US dollars per file.
+        """
         capacity = (
             np.asarray(size_bytes, np.float64)
             * np.asarray(lifetime_s, np.float64)
@@ -380,7 +414,9 @@ class CostModel:
         io_bytes: Any = 0.0,
         write_bytes: Any = 0.0,
     ) -> np.ndarray:
-        """US dollars saved by putting each file on SSD rather than HDD (may be negative)."""
+        """US dollars saved by putting each file on SSD rather than HDD (may be negative):
+        :meth:`hdd_cost` minus :meth:`ssd_cost`, whose parameters (bytes, seconds,
+        operations) these are."""
         return self.hdd_cost(size_bytes, lifetime_s, ops, io_bytes) - self.ssd_cost(
             size_bytes, lifetime_s, write_bytes
         )

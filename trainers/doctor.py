@@ -159,6 +159,23 @@ def recommend_cache(
 ) -> tuple[int, int]:
     """Recommended number of variants and cache size in bytes (see the module docstring).
 
+    Parameters
+    ----------
+    num_samples : int
+        Samples in the training split.
+    sample_bytes : int
+        Bytes of one augmented sample as the loader yields it (uint8 C x H x W).
+    free_bytes : int
+        Bytes free on the cache's disk.
+    epochs : int
+        Epochs of the training run.
+    phase1_fraction : float
+        Share of the epochs trained on the cache (phase 1).
+    reuse : int
+        Epochs each cached variant is to serve.
+    disk_fraction : float
+        Share of ``free_bytes`` the cache may take, in (0, 1].
+
     Returns
     -------
     (variants, max_bytes)
@@ -264,7 +281,21 @@ def measure_compute(
     warmup: int = 2,
     device: torch.device | str = "cpu",
 ) -> float:
-    """Seconds per training step of ``model`` on a synthetic in-memory batch."""
+    """Seconds per training step of ``model`` on a synthetic in-memory batch.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, trained with SGD and cross-entropy as :func:`trainers.fit` does.
+    batch_shape : tuple of int
+        ``(N, C, H, W)`` of one batch.
+    num_classes : int
+        Classes of the synthetic labels.
+    steps, warmup : int
+        Steps timed, after ``warmup`` untimed ones.
+    device : torch.device or str
+        Where the steps run (CUDA is synchronised before and after the timing).
+    """
     dev = torch.device(device)
     model = model.to(dev).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -394,6 +425,26 @@ def diagnose(
     disk_fraction: float = 0.5,
 ) -> Diagnosis:
     """Measure both stages and build a :class:`Diagnosis` (see the module docstring).
+
+    Parameters
+    ----------
+    loader : iterable of (images, labels)
+        The training loader as it would run (its batches are timed, then discarded).
+    model : torch.nn.Module
+        The model whose training step is timed on batches of the loader's shape.
+    num_classes, num_samples : int
+        Classes, and samples in the training split (sizes the cache advice).
+    steps, warmup : int
+        Batches (and steps) timed, after ``warmup`` untimed ones.
+    device : torch.device or str
+        Where the model runs.
+    cache_dir : path
+        Where a cache would go (its disk's free bytes size the advice).
+    epochs, phase1_fraction, reuse, disk_fraction
+        As :func:`recommend_cache`'s.
+    cached_cost_ratio : float
+        The cost of reading a cached batch relative to producing it fresh (0: free), for
+        the Amdahl bound (see the module docstring).
 
     Raises
     ------
