@@ -200,6 +200,9 @@ class LoaderConfig:
     torch ``DataLoader`` options are resolved here: ``drop_last`` into ``last_batch``,
     ``num_workers`` into ``num_threads``, ``prefetch_factor`` into ``prefetch``;
     ``pin_memory`` is kept, ``persistent_workers`` only checked.
+
+    Build it with :meth:`create`, as :class:`~dataplane.Loader` does: the class's own
+    constructor takes values already checked and resolved, and checks nothing again.
     """
 
     batch_size: int
