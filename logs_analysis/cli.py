@@ -23,12 +23,12 @@ def parse_budgets(text: str) -> tuple[float, ...]:
     Raises
     ------
     click.BadParameter
-        If an item is not a number in (0, 100].
+        If an item is not a number in (0, 100]; the message names ``--budgets``.
     """
     try:
         return budgets_from_percents(text)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="'--budgets'") from None
 
 
 def parse_scheduler(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -101,7 +101,9 @@ def parse_scheduler(ctx: click.Context, param: click.Parameter, value: str) -> s
     default=20_000,
     show_default=True,
     metavar="N",
-    help="Rows replayed by the simulator: at most N rows, whole runs.",
+    help="Rows replayed by the simulator: at most N, as whole runs while they fit; with fewer "
+    "than 5 runs, or when whole runs fill less than half of N (N smaller than the runs), N "
+    "rows are drawn at random, cutting runs.",
 )
 @click.option(
     "--top",
@@ -169,7 +171,8 @@ def report_command(
     data = report.data
     issues = data["issues"]
     not_read = (
-        f", {issues['skipped_inputs']:,} input(s) not read (not logs, unreadable or given twice)"
+        f", {issues['skipped_inputs']:,} input(s) not read (not logs, unreadable, unsupported "
+        "or given twice)"
         if issues["skipped_inputs"]
         else ""
     )

@@ -22,7 +22,9 @@ are skipped, and a file whose format cannot be told is skipped and counted in th
 returned :class:`~logs_analysis.issues.ReadIssues` (so a ``README.md`` beside event
 logs does no harm). So are a dangling link, FIFO or socket inside a directory ("not a
 regular file (skipped)"), a subdirectory that cannot be listed ("unreadable directory
-(skipped)", with the reason) and a file or directory reached a second time, by its
+(skipped)", with the reason), a file whose codec is not supported or whose stream is
+damaged ("unsupported or damaged file (skipped)", with what is wrong and the fix), one that
+cannot be read ("unreadable file") and a file or directory reached a second time, by its
 resolved path, e.g. named and also inside a directory named ("duplicate path (read
 once)"). Known companion files that are not logs, such as the ``summary.json`` that
 ``dataplane placement collect`` writes beside its log (:data:`COMPANION_FILES`), are
@@ -55,6 +57,9 @@ __all__ = [
     "sniff",
 ]
 
+#: Reason counted for a file inside a directory whose content is of a known kind but cannot
+#: be read (a codec not supported, a damaged stream); the example names the file and the fix.
+UNSUPPORTED_FILE = "unsupported or damaged file (skipped)"
 #: ``DARSHAN_MAGIC_NR`` of darshan-log-format.h, stored after the 8-byte version string.
 DARSHAN_MAGIC = 6567223
 PARQUET_MAGIC = b"PAR1"
@@ -265,6 +270,7 @@ def discover(
     # resolved path -> the path it was first visited as (files, rolling and walked directories)
     seen: dict[Path, Path] = {}
     rolling: set[Path] = set()  # resolved rolling event-log directories (read whole)
+    first_error: dict[str, str] = {}  # reason -> the whole message of its first file
 
     def visit(path: Path, explicit: bool) -> None:
         # a link loop resolves to its absolute path: is_file() is False, counted below
@@ -329,7 +335,9 @@ def discover(
         except (FormatError, InputError) as exc:
             if explicit:
                 raise
-            issues.add("unreadable file", str(path), detail=str(exc))
+            reason = UNSUPPORTED_FILE if isinstance(exc, FormatError) else "unreadable file"
+            issues.add(reason, str(path), detail=str(exc))
+            first_error.setdefault(reason, str(exc))
             return
         if found is None:
             if not explicit and path.name in COMPANION_FILES:
@@ -351,8 +359,11 @@ def discover(
         visit(path, True)
     if not sources:
         skipped = f" ({issues.total} file(s) skipped: {', '.join(issues.counts)})" if issues else ""
+        # what is wrong with the first file that could not be read (of each reason) says
+        # more than the reason alone
+        why = "".join(f"; {message}" for message in first_error.values())
         raise InputError(
-            f"no log files found under {', '.join(map(str, paths))}{skipped}; give placement logs "
-            "(.parquet/.jsonl), Spark event logs or Darshan logs"
+            f"no log files found under {', '.join(map(str, paths))}{skipped}{why}; give "
+            "placement logs (.parquet/.jsonl), Spark event logs or Darshan logs"
         )
     return sources, issues

@@ -6,10 +6,11 @@ came from, so the report can show them. Issues from parallel chunks are merged w
 :meth:`ReadIssues.merge`.
 
 Two kinds are told apart (:attr:`ReadIssues.skipped_inputs`, :attr:`ReadIssues.malformed`):
-whole inputs left unread because they are not logs, cannot be reached or were given
-twice (:data:`SKIPPED_INPUT_REASONS`: a ``README.md`` beside event logs, an unreadable
-folder), and malformed or duplicate lines, records and rows, or damaged logs (everything
-else).
+whole inputs left unread because they are not logs (or hold nothing to read), cannot be
+reached or were given twice (:data:`SKIPPED_INPUT_REASONS`: a ``README.md`` beside event
+logs, a Parquet file without the placement columns, a Darshan log without POSIX records,
+an unreadable folder), each counted once, and malformed or duplicate lines, records and
+rows, or damaged logs (everything else; a damaged file is counted once, as a file).
 """
 
 from __future__ import annotations
@@ -22,14 +23,18 @@ __all__ = ["MAX_EXAMPLES", "SKIPPED_INPUT_REASONS", "ReadIssue", "ReadIssues"]
 
 #: Examples kept per reason.
 MAX_EXAMPLES = 5
-#: Reasons that count whole inputs (files, folders) left unread because they are not logs,
-#: cannot be reached or were given twice, not malformed data.
+#: Reasons that count whole inputs (files, folders) left unread because they are not logs
+#: (or hold nothing to read), cannot be reached or were given twice, not malformed data.
 SKIPPED_INPUT_REASONS = frozenset(
     {
         "unrecognised format (skipped)",
+        "not a placement log: missing required columns (skipped)",
+        "newer log schema version (skipped)",
+        "no POSIX module records (skipped)",
         "empty file",
         "not a regular file (skipped)",
         "unreadable file",
+        "unsupported or damaged file (skipped)",
         "unreadable directory (skipped)",
         "duplicate path (read once)",
     }

@@ -29,7 +29,8 @@ key                     holds
 ``rows``                ``read``, ``usable``, ``skipped_lines_records_files``, ``chunks``
 ``issues``              ``total`` = ``malformed`` (malformed or duplicate lines, records,
                         rows; damaged logs) + ``skipped_inputs`` (files and folders not
-                        read: not logs, unreadable, given twice); ``counts`` by reason;
+                        read: not logs, unreadable, unsupported, given twice; one
+                        each); ``counts`` by reason;
                         the first ``examples`` of each (``source``, ``location``,
                         ``reason``, ``detail``)
 ``totals``              ``files``, ``runs``, ``pipelines``, ``bytes``, ``read_bytes``,
@@ -107,7 +108,7 @@ __all__ = [
     "json_path_for",
 ]
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: a Parquet log without the columns, or of a newer schema, counts as 1 file
 STAGES = (
     "discover",
     "read + aggregate",
@@ -134,8 +135,9 @@ class ReportConfig:
     sample_rows : int
         Rows sampled (whole runs) for predictability.
     savings_rows : int
-        At most this many rows are replayed per policy and budget (whole runs while they
-        fit; see :mod:`logs_analysis.analyses.savings`).
+        At most this many rows are replayed per policy and budget: whole runs while they
+        fit, or this many rows drawn at random (cutting runs) when whole runs fill less than
+        half of it or there are fewer than 5 runs (see :mod:`logs_analysis.analyses.savings`).
     folds : int
         Cross-validation folds.
     n_estimators : int

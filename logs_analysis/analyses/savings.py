@@ -185,7 +185,8 @@ def savings_curve(
     budgets : sequence of float
         SSD budgets, shares of peak live bytes in (0, 1].
     max_rows : int
-        Most rows replayed: at most this many, whole runs (see the module docstring).
+        Most rows replayed: whole runs while they fit, else this many rows drawn at random
+        (see the module docstring).
     cost_model : placement.cost.CostModel, optional
         Prices; default :class:`placement.cost.CostModel()`.
     expected_lifetime : numpy.ndarray, optional

@@ -12,6 +12,8 @@ codec         leading bytes                         format
 ``snappy``    ``82 'SNAPPY' 00``                    snappy-java ``SnappyOutputStream`` chunks
 ``gzip``      ``1f 8b``                             gzip (not a Spark codec; accepted)
 ``lzf``       ``ZV``                                not supported: a clear :class:`FormatError`
+(LZ4 frame)   ``04 22 4d 18``                       not supported (the ``lz4`` tool's format,
+                                                    not Spark's): a clear :class:`FormatError`
 ============  ====================================  =====================================
 
 Blocks are decoded with pyarrow's codecs (``zstd``, ``lz4_raw``, ``snappy``), so no extra
@@ -37,6 +39,7 @@ from logs_analysis.errors import FormatError, TruncatedStreamError
 
 __all__ = [
     "LZ4_BLOCK_MAGIC",
+    "LZ4_FRAME_MAGIC",
     "SNAPPY_JAVA_MAGIC",
     "Codec",
     "iter_lines",
@@ -45,6 +48,8 @@ __all__ = [
 ]
 
 LZ4_BLOCK_MAGIC = b"LZ4Block"
+#: The LZ4 frame format's magic (the ``lz4`` command-line tool's files), not Spark's.
+LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
 SNAPPY_JAVA_MAGIC = b"\x82SNAPPY\x00"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -52,8 +57,9 @@ LZF_MAGIC = b"ZV"
 #: lz4-java's stream checksum seed (``LZ4BlockOutputStream.DEFAULT_SEED``).
 LZ4_BLOCK_SEED = 0x9747B28C
 _READ_SIZE = 1 << 20
-#: Bytes asked of pyarrow's zstd stream per read: a read that meets the end of a truncated
-#: stream loses what it decoded, so reads are kept small (pyarrow decodes in 64 KiB steps).
+#: Bytes asked of pyarrow's zstd stream per read. A read that meets the end of a truncated
+#: stream raises and loses what it decoded (at most this much), so a cut stream is decoded a
+#: second time to recover that tail (:func:`_zstd_tail`).
 _ZSTD_READ_SIZE = 1 << 16
 
 
@@ -87,8 +93,15 @@ def sniff_codec(head: bytes, path: str | Path = "") -> Codec:
     Raises
     ------
     FormatError
-        If the extension names a codec but the bytes do not start with its header.
+        If the extension names a codec but the bytes do not start with its header, or the
+        bytes are an LZ4 frame (the ``lz4`` tool's format, not the one Spark writes).
     """
+    if head.startswith(LZ4_FRAME_MAGIC):
+        raise FormatError(
+            f"{path}: an LZ4 frame file (the lz4 tool's format), not the lz4-java LZ4Block "
+            "stream Spark writes (spark.eventLog.compression.codec=lz4), the lz4 format read "
+            "here; decompress it first (lz4 -d)"
+        )
     if head.startswith(ZSTD_MAGIC):
         return Codec.ZSTD
     if head.startswith(LZ4_BLOCK_MAGIC):
@@ -199,9 +212,65 @@ def _plain_chunks(f: BinaryIO, path: str, size: int = _READ_SIZE) -> Iterator[by
                 return
             yield data
     except (OSError, EOFError, pa.ArrowException) as exc:
-        if "truncated" in str(exc).lower():
+        if _is_truncation(exc):
             raise TruncatedStreamError(f"{path}: compressed stream is truncated: {exc}") from exc
         raise FormatError(f"{path}: cannot decompress: {exc}") from exc
+
+
+def _is_truncation(exc: BaseException) -> bool:
+    return "truncated" in str(exc).lower()
+
+
+def _zstd_chunks(path: str) -> Iterator[bytes]:
+    """Decode zstd frames one after another with pyarrow's stream, yielding output as it is
+    decoded; a stream cut short yields every byte decoded before the cut (see
+    :func:`_zstd_tail`) before :class:`TruncatedStreamError`."""
+    good = 0  # bytes decoded and yielded
+    with pa.input_stream(path, compression="zstd") as stream:
+        while True:
+            try:
+                data = stream.read(_ZSTD_READ_SIZE)
+            except (OSError, EOFError, pa.ArrowException) as exc:
+                if not _is_truncation(exc):
+                    raise FormatError(f"{path}: cannot decompress: {exc}") from exc
+                error = exc
+                break
+            if not data:
+                return
+            good += len(data)
+            yield data
+    tail = _zstd_tail(path, good)
+    if tail:
+        yield tail
+    raise TruncatedStreamError(
+        f"{path}: compressed stream is truncated (zstd frame without its end)"
+    ) from error
+
+
+def _zstd_tail(path: str, skip: int) -> bytes:
+    """The bytes of a cut zstd stream decodable after its first ``skip`` ones.
+
+    pyarrow's stream raises at the cut and drops what the failing read had decoded (at most
+    :data:`_ZSTD_READ_SIZE` bytes), so the stream is decoded again: ``skip`` bytes in large
+    reads, then one byte a read up to the cut, so no byte decoded before it is lost. Only cut
+    streams pay for this (a second decode of the file; the byte reads take ~25 ms).
+    """
+    out: list[bytes] = []
+    try:
+        with pa.input_stream(path, compression="zstd") as stream:
+            while skip > 0:
+                data = stream.read(min(skip, _READ_SIZE))
+                if not data:
+                    return b""  # the file changed since the first decode
+                skip -= len(data)
+            for _ in range(_ZSTD_READ_SIZE):
+                byte = stream.read(1)
+                if not byte:
+                    break
+                out.append(byte)
+    except (OSError, EOFError, pa.ArrowException):
+        pass  # the cut (expected) or a file changed since the first decode
+    return b"".join(out)
 
 
 def _gzip_chunks(f: BinaryIO, path: str) -> Iterator[bytes]:
@@ -267,8 +336,7 @@ def open_decompressed(path: str | Path) -> tuple[Codec, Iterator[bytes]]:
 
     def chunks() -> Iterator[bytes]:
         if codec is Codec.ZSTD:
-            with pa.input_stream(name, compression="zstd") as stream:
-                yield from _plain_chunks(stream, name, _ZSTD_READ_SIZE)  # type: ignore[arg-type]
+            yield from _zstd_chunks(name)
         elif codec is Codec.GZIP:
             with open(name, "rb") as g:
                 yield from _gzip_chunks(g, name)

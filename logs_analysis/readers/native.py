@@ -9,9 +9,10 @@ and drops unknown ones.
 Parquet
     Split into chunks of whole row groups of at most :data:`CHUNK_ROWS` rows. A file whose
     footer cannot be read (torn or not Parquet), which lacks a required column, or which
-    declares a newer schema version is skipped and counted as an issue; a row group that
-    fails to decode is skipped and counted too. Rows are located by their 0-based index in
-    the file.
+    declares a newer schema version is skipped and counted as an issue, once (its rows are
+    said in the detail); a row group that fails to decode is skipped and its rows counted,
+    or, when the file's rows are all in that chunk, the file is counted once. Rows are
+    located by their 0-based index in the file.
 JSON lines
     One JSON object per line with log-schema keys. Split into byte ranges of about
     :data:`BLOCK_BYTES`; a line belongs to the block its first byte lies in. A block is
@@ -49,19 +50,29 @@ BLOCK_BYTES = 32 << 20
 _SCHEMA_NAMES = frozenset(SCHEMA.names)
 # a nullable copy of the schema for the JSON reader (required columns are checked later)
 _JSON_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in SCHEMA])
+#: Reason of a Parquet file that cannot be read at all (counted once, as a file).
+UNREADABLE_FILE = "unreadable Parquet file (skipped)"
+
+
+def _n_rows(n: int) -> str:
+    return f"{n:,} row{'s' if n != 1 else ''}"
 
 
 @dataclasses.dataclass(frozen=True)
 class ParquetChunk:
     """Whole row groups ``row_groups`` of one Parquet file; ``first_row`` is the file row
     index of the first of them. ``dictionary_columns`` are the :data:`DICTIONARY_COLUMNS`
-    the file has, read dictionary-encoded (:func:`plan_parquet` fills them in)."""
+    the file has, read dictionary-encoded, and ``file_rows`` the rows of the whole file
+    (:func:`plan_parquet` fills them in). A chunk that cannot be read counts its rows as
+    "unreadable row group", or, when it holds the whole file, one "unreadable Parquet file
+    (skipped)" with the rows in the detail."""
 
     source: str
     row_groups: tuple[int, ...]
     first_row: int
     estimated_rows: int
     dictionary_columns: tuple[str, ...] = ()
+    file_rows: int = 0  # 0: unknown
 
     def load(self) -> ChunkResult:
         issues = ReadIssues()
@@ -75,13 +86,15 @@ class ParquetChunk:
                     table.replace_schema_metadata(pf.schema_arrow.metadata)
                 )
         except (OSError, pa.ArrowException, SchemaError) as exc:
-            issues.add(
-                "unreadable row group",
-                self.source,
-                f"rows {self.first_row}-{self.first_row + self.estimated_rows - 1}",
-                str(exc),
-                count=self.estimated_rows,
-            )
+            where = f"rows {self.first_row}-{self.first_row + self.estimated_rows - 1}"
+            if self.first_row == 0 and self.estimated_rows == self.file_rows:
+                # the whole file: one file skipped, its rows said in the detail
+                why = f"the whole file ({_n_rows(self.estimated_rows)}): {exc}"
+                issues.add(UNREADABLE_FILE, self.source, where, why)
+            else:
+                issues.add(
+                    "unreadable row group", self.source, where, str(exc), self.estimated_rows
+                )
             return ChunkResult(SCHEMA.empty_table(), issues, self.source, self.first_row)
         return ChunkResult(table, issues, self.source, self.first_row)
 
@@ -140,16 +153,17 @@ def plan_parquet(
     try:
         pf = pq.ParquetFile(source)
     except (OSError, pa.ArrowException) as exc:
-        issues.add("unreadable Parquet file (skipped)", source, detail=str(exc))
+        issues.add(UNREADABLE_FILE, source, detail=str(exc))
         return [], issues
+    # a file left unread is counted once, as a file; its rows are said in the detail
+    file_rows = pf.metadata.num_rows
     names = set(pf.schema_arrow.names)
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         issues.add(
             "not a placement log: missing required columns (skipped)",
             source,
-            detail=f"lacks {missing}",
-            count=max(pf.metadata.num_rows, 1),
+            detail=f"lacks {missing} ({_n_rows(file_rows)})",
         )
         return [], issues
     version = (pf.schema_arrow.metadata or {}).get(SCHEMA_VERSION_KEY)
@@ -158,9 +172,9 @@ def plan_parquet(
             "newer log schema version (skipped)",
             source,
             detail=(
-                f"schema version {int(version)} > {SCHEMA_VERSION}; upgrade dataplane to read it"
+                f"schema version {int(version)} > {SCHEMA_VERSION} ({_n_rows(file_rows)}); "
+                "upgrade dataplane to read it"
             ),
-            count=max(pf.metadata.num_rows, 1),
         )
         return [], issues
     # only columns the file has: read_dictionary naming a missing one -> KeyError
@@ -172,13 +186,13 @@ def plan_parquet(
     for rg in range(pf.metadata.num_row_groups):
         n = pf.metadata.row_group(rg).num_rows
         if group and group_rows + n > chunk_rows:
-            chunks.append(ParquetChunk(source, tuple(group), first, group_rows, present))
+            chunks.append(ParquetChunk(source, tuple(group), first, group_rows, present, file_rows))
             group, group_rows, first = [], 0, row
         group.append(rg)
         group_rows += n
         row += n
     if group:
-        chunks.append(ParquetChunk(source, tuple(group), first, group_rows, present))
+        chunks.append(ParquetChunk(source, tuple(group), first, group_rows, present, file_rows))
     return chunks, issues
 
 

@@ -49,8 +49,10 @@ def test_detection_by_content(darshan_log: Path, tmp_path: Path) -> None:
 
 def test_example_directory(darshan_examples: Path) -> None:
     table, issues = read_table([darshan_examples])
-    # noposix.darshan has no POSIX records: skipped and counted, the others read
-    assert issues.counts.get("no POSIX module records (skipped)") == 1
+    # noposix.darshan has no POSIX records: skipped and counted as an input not read (not as
+    # malformed data), the others read
+    assert issues.counts == {"no POSIX module records (skipped)": 1}
+    assert issues.skipped_inputs == 1 and issues.malformed == 0
     assert table.num_rows > 2000
 
 

@@ -8,6 +8,7 @@ special files, duplicate paths and outputs that would overwrite an input.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import socket
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from logs_analysis.errors import InputError, OutputError
+from logs_analysis.errors import FormatError, InputError, OutputError
 from logs_analysis.formats import Container, LogFormat, discover, sniff
 from logs_analysis.readers import read_table
 from logs_analysis.readers.spark import read_spark_events
@@ -183,6 +184,31 @@ def test_no_usable_rows_error_shows_the_first_issue_of_each_reason(tmp_path: Pat
     assert res.exit_code == 1 and "lacks ['stage']" in res.output
 
 
+def test_corrupt_parquet_is_counted_as_one_file(tmp_path: Path) -> None:
+    """A file none of whose rows can be read is one file (its rows in the detail), not
+    "20218 x unreadable row group"; a damaged row group of a file read in parts is rows."""
+    from logs_analysis.readers.native import plan_parquet
+
+    rows = [_native_row(i) for i in range(400)]
+    table = pa.table({c: [r[c] for r in rows] for c in REQUIRED_COLUMNS})
+    path = tmp_path / "corrupt.parquet"
+    pq.write_table(table, path, row_group_size=100, compression="snappy")
+    chunks, _ = plan_parquet(path, chunk_rows=200)
+    assert [c.estimated_rows for c in chunks] == [200, 200]
+    data = bytearray(path.read_bytes())
+    data[100 : len(data) // 3] = bytes(len(data) // 3 - 100)  # the first row groups' pages
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError) as exc:
+        read_table([path])
+    message = str(exc.value)
+    assert "(1 x unreadable Parquet file (skipped))" in message
+    assert f"{path} rows 0-399: the whole file (400 rows): " in message
+    # read in two chunks, the damaged first one is its rows
+    first = chunks[0].load().issues
+    assert first.counts == {"unreadable row group": 200}
+    assert first.examples[0].location == "rows 0-199"
+
+
 def test_jsonl_integer_out_of_its_column_range_is_counted(tmp_path: Path) -> None:
     rows = [_native_row(i) for i in range(5)]
     rows.append(_native_row(5, size_bytes=10**20))  # beyond int64
@@ -271,6 +297,78 @@ def test_small_truncated_compressed_log_named_explicitly_is_not_fatal(
     else:
         assert table.num_rows > 0
         assert issues.counts.get("truncated compressed stream") == 1
+
+
+def _zstd_frames(data: bytes, size: int) -> tuple[bytes, list[tuple[int, int]]]:
+    """``data`` as zstd frames of ``size`` decoded bytes each (cut mid-line), and the
+    ``(compressed, decoded)`` offsets where each frame ends."""
+    stream, marks = b"", []
+    for start in range(0, len(data), size):
+        stream += _zstd(data[start : start + size])
+        marks.append((len(stream), min(start + size, len(data))))
+    return stream, marks
+
+
+def _zstd_flushed(data: bytes) -> tuple[bytes, list[tuple[int, int]]]:
+    """``data`` as one zstd frame flushed after every line (as Spark's writer flushes each
+    event), and the ``(compressed, decoded)`` offsets of each flush."""
+    sink = io.BytesIO()
+    marks, decoded = [], 0
+    with pa.output_stream(sink, compression="zstd") as f:
+        for line in data.splitlines(keepends=True):
+            f.write(line)
+            f.flush()
+            decoded += len(line)
+            marks.append((sink.getbuffer().nbytes, decoded))
+        stream = sink.getvalue()
+    return stream, marks
+
+
+@pytest.mark.parametrize("layout", ["frames", "flushed"])
+@pytest.mark.parametrize("decodable", [30_000, 100_000])
+def test_cut_zstd_log_keeps_every_line_decoded_before_the_cut(
+    tmp_path: Path, layout: str, decodable: int
+) -> None:
+    """A read meeting the cut lost what it had decoded (up to 64 KiB: all of a small log)."""
+    data = _spark_bytes(_spark_events(400))
+    stream, marks = _zstd_frames(data, 4999) if layout == "frames" else _zstd_flushed(data)
+    end, decoded = next(m for m in marks if m[1] >= decodable)
+    cut = tmp_path / "app-cut.zstd"
+    cut.write_bytes(stream[: end + 7])  # into the next frame's header or the next block
+    prefix = tmp_path / "app-prefix"  # what `zstd -dc` recovers from the cut file
+    prefix.write_bytes(data[:decoded])
+    n_lines = data[:decoded].count(b"\n")
+    result, expected = read_spark_events(cut), read_spark_events(prefix)
+    assert 0 < expected.table.num_rows == result.table.num_rows
+    assert result.table["file_id"].to_pylist() == expected.table["file_id"].to_pylist()
+    assert result.issues.counts == {"truncated compressed stream": 1}
+    (example,) = result.issues.examples
+    assert example.location == f"after line {n_lines}"
+    assert f"the {n_lines} line(s) decoded before the cut were read" in example.detail
+    assert sniff(cut) == (LogFormat.SPARK, Container.EVENTLOG)
+
+
+def test_lz4_frame_file_in_a_directory_says_what_it_is(tmp_path: Path) -> None:
+    """The lz4 tool's frame format inside a directory was an "unreadable file" (read like a
+    permissions problem); it is the same specific reason as when named."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    frame = logs / "app-1.lz4"
+    frame.write_bytes(pa.compress(_spark_bytes(_spark_events(20)), codec="lz4", asbytes=True))
+    with pytest.raises(FormatError, match=r"app-1\.lz4: an LZ4 frame file.*LZ4Block"):
+        discover([frame])
+    with pytest.raises(InputError) as exc:
+        discover([logs])
+    message = str(exc.value)
+    assert "unsupported or damaged file (skipped)" in message and "unreadable" not in message
+    assert f"{frame}: an LZ4 frame file" in message and "lz4-java LZ4Block" in message
+    _write_jsonl(logs / "log.jsonl", [_native_row(i) for i in range(3)])
+    sources, issues = discover([logs])
+    assert [s.path.name for s in sources] == ["log.jsonl"]
+    assert issues.counts == {"unsupported or damaged file (skipped)": 1}
+    assert issues.skipped_inputs == 1 and issues.malformed == 0
+    (example,) = issues.examples
+    assert example.source == str(frame) and "LZ4Block" in example.detail
 
 
 # ----------------------------------------------------------------------------- discovery

@@ -136,11 +136,15 @@ def test_other_parquet_and_newer_schema_are_skipped(real_rows: pa.Table, tmp_pat
     pq.write_table(real_rows.slice(10, 20), tmp_path / "ok.parquet")
     table, issues = read_table([tmp_path])
     assert table.num_rows == 20
+    # one file each, not its rows (which the detail says); inputs not read, not malformed data
     assert issues.counts == {
-        "not a placement log: missing required columns (skipped)": 3,
-        "newer log schema version (skipped)": 10,
+        "not a placement log: missing required columns (skipped)": 1,
+        "newer log schema version (skipped)": 1,
     }
-    assert any("upgrade dataplane" in e.detail for e in issues.examples)
+    assert issues.skipped_inputs == 2 and issues.malformed == 0
+    details = {Path(e.source).name: e.detail for e in issues.examples}
+    assert details["other.parquet"].endswith("(3 rows)")
+    assert "(10 rows); upgrade dataplane" in details["newer.parquet"]
 
 
 def test_parquet_chunks_follow_row_groups(real_rows: pa.Table, tmp_path: Path) -> None:

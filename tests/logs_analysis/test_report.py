@@ -126,8 +126,10 @@ def test_bad_options(tmp_path: Path, spark_dir: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(report_command, [str(spark_dir), "--budgets", "5,abc"])
     assert result.exit_code == 2 and "give percents like 1,2,5,10,20" in result.output
+    assert "Invalid value for '--budgets': 'abc' is not a number" in result.output
     result = runner.invoke(report_command, [str(spark_dir), "--budgets", "0"])
     assert result.exit_code == 2
+    assert "Invalid value for '--budgets': 0% is not in (0, 100]" in result.output
     result = runner.invoke(report_command, [str(spark_dir), "--format", "csv"])
     assert result.exit_code == 2
     assert parse_budgets("1, 2%,5") == (0.01, 0.02, 0.05)
@@ -335,7 +337,7 @@ def test_help_says_what_is_read_and_replayed() -> None:
     text = " ".join(result.output.split())
     assert "JSON-lines logs" not in text  # the service writes Parquet only
     assert "the Parquet files the placement service writes, or JSON lines" in text
-    assert "at most N rows, whole runs" in text
+    assert "at most N, as whole runs while they fit" in text  # or N rows drawn, cutting runs
     assert "threads|processes|sync|tcp://host:port" in text
 
 

@@ -93,6 +93,19 @@ def test_savings_rows_is_a_maximum_of_whole_runs(table: Any) -> None:
     assert 50 <= result.rows <= 100
 
 
+def test_savings_rows_help_says_runs_may_be_cut(table: Any) -> None:
+    """``--savings-rows 1`` replays one row: the help said "whole runs" only."""
+    from click.testing import CliRunner
+
+    from logs_analysis.analyses.savings import _subset
+    from logs_analysis.cli import report_command
+
+    assert _subset(table, 1, 0).sum() == 1  # a cap, below the size of any run
+    help_text = " ".join(CliRunner().invoke(report_command, ["--help"]).output.split())
+    assert "at most N, as whole runs while they fit" in help_text
+    assert "N rows are drawn at random, cutting runs" in help_text
+
+
 def test_best_heuristic_per_budget(table: Any) -> None:
     from placement.evaluate import HEURISTICS
     from placement.features import log_density
