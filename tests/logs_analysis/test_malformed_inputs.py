@@ -255,7 +255,7 @@ def _zstd(data: bytes) -> bytes:
 
 
 def _lz4(data: bytes) -> bytes:
-    from .test_spark import _lz4_block_stream
+    from tests.logs_analysis.readers.test_spark import _lz4_block_stream
 
     return _lz4_block_stream(data)
 

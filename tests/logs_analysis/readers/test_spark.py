@@ -19,8 +19,7 @@ from logs_analysis.readers import read_table
 from logs_analysis.readers.compression import LZ4_BLOCK_MAGIC, LZ4_BLOCK_SEED, SNAPPY_JAVA_MAGIC
 from logs_analysis.readers.spark import operator_of, read_spark_events
 from placement.schema import SCHEMA
-
-from .conftest import SPARK_LOGS
+from tests.logs_analysis.conftest import SPARK_LOGS
 
 
 def _events(path: Path) -> list[dict]:
