@@ -14,7 +14,7 @@ buffered for the next attempt. A row that does not fit the schema is dropped alo
 counted in :attr:`LogWriter.rows_dropped`); the other rows of its flush are written.
 
 While flushes fail (a full or failing log disk), a full buffer no longer makes every new row
-retry: retries wait ``max_interval_s`` seconds (or the worker's periodic flush), the first
+retry: retries wait ``max_interval_s`` seconds (periodic flushes too), the first
 failure is logged with its traceback and later ones as one line at most once a minute, and
 the buffer is bounded by ``max_buffered_rows``: past it the oldest rows are discarded and
 counted in :attr:`LogWriter.rows_lost`, so a worker's memory does not grow without bound
@@ -184,7 +184,8 @@ class LogWriter:
         min_age_s : float, optional
             Seconds since the last flush; default ``max_interval_s``. A caller that calls
             this periodically passes 0 to flush whatever is buffered at each call (the
-            worker's flush period then bounds how long a row waits).
+            worker's flush period then bounds how long a row waits). After a failed flush
+            it is at least ``max_interval_s``.
 
         Returns
         -------
@@ -193,6 +194,8 @@ class LogWriter:
         """
         age = self.max_interval_s if min_age_s is None else min_age_s
         with self._lock:
+            if self._failing:  # the log disk refused the last flush: retry at the interval
+                age = max(age, self.max_interval_s)
             due = bool(self._rows) and self._clock() - self._last_flush >= age
         return self._flush_logged() if due else None
 
@@ -205,7 +208,7 @@ class LogWriter:
 
     def _log_failure(self, exc: Exception) -> None:
         """The first failure of a streak with its traceback; later ones as one line, at
-        most once a minute (a worker's periodic flush retries every few seconds)."""
+        most once a minute."""
         now = self._clock()
         if self._failure_logged_at is None:
             what = "writing" if isinstance(exc, LogWriteError) else "flushing"

@@ -256,8 +256,12 @@ def test_while_the_log_disk_is_full_rows_wait_for_the_interval_in_a_bounded_buff
         now[0] = 80.0
         assert writer.maybe_flush(min_age_s=0) is None
         assert "still cannot be written" in caplog.text and "31 lost" in caplog.text
+        now[0] = 85.0  # a periodic flush right after a failure waits for the interval
+        assert writer.maybe_flush(min_age_s=0) is None and writer.pending == 20
+        assert attempts[-1] == 20 and len(attempts) == 3
     monkeypatch.undo()  # the disk has room again
     caplog.clear()
+    now[0] = 91.0
     with caplog.at_level(logging.WARNING, logger="placement.logwriter"):
         assert writer.maybe_flush(min_age_s=0) is not None
     assert "written again (31 lost" in caplog.text
