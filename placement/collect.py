@@ -57,7 +57,7 @@ from placement.workloads import (
     Workload,
     WorkloadError,
     WorkloadSpec,
-    _worker_addresses,
+    worker_addresses,
 )
 
 logger = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ def run_workload(
 
     run_id = f"{workload.name}-{spec.size.name}-s{spec.seed}-{uuid.uuid4().hex[:6]}"
     start = time.perf_counter()
-    workers = _worker_addresses(client)
+    workers = worker_addresses(client)
     ok, error = True, None
     try:
         _execute(client, workload, spec, run_id)
@@ -250,7 +250,7 @@ def run_workload(
         logger.warning("run %s: temporary files still alive after %.0f s", run_id, settle_timeout_s)
     client.run(set_run_context, None)
     client.run(flush_worker_logs)
-    left = sorted(workers - _worker_addresses(client))
+    left = sorted(workers - worker_addresses(client))
     if left:
         lost = (
             f"worker(s) {', '.join(left)} left the cluster during the run; the log rows they "

@@ -458,9 +458,15 @@ def train_shard(ref: Any, weights: np.ndarray, batch_size: int, seed: int) -> np
     return w
 
 
-def _worker_addresses(client: Any) -> set[str]:
-    """Addresses of the workers the scheduler has now."""
-    return set(client.scheduler_info(n_workers=-1)["workers"])
+def worker_addresses(client: Any) -> set[str]:
+    """Addresses of the workers the scheduler has now, asked of the scheduler itself.
+
+    Not ``client.scheduler_info()``: it refreshes the client's cached identity and then
+    returns the cache, which the client's periodic refresh (every 2 s, without per-worker
+    information) may have replaced in between; then ``"workers"`` is empty although every
+    worker is alive, and a run failed as if its shards' worker had left.
+    """
+    return set(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
 
 
 def _pinned(
@@ -486,7 +492,7 @@ def _pinned(
     """
     from placement.storage.errors import ShardError
 
-    alive = _worker_addresses(client) if workers is None else workers
+    alive = worker_addresses(client) if workers is None else workers
     if ref.worker not in alive:
         raise ShardError(
             f"cache shard {ref.name!r} lives on worker {ref.worker}, which has left the "
@@ -548,7 +554,7 @@ def _drop_shards(client: Any, refs: Sequence[Any], *, cleanup: bool = False) -> 
     if not refs:
         return
     try:
-        alive = _worker_addresses(client)
+        alive = worker_addresses(client)
         gone = [r for r in refs if r.worker not in alive]
         if gone:
             logger.warning(
@@ -598,7 +604,7 @@ def _plan_augment_cache(spec: WorkloadSpec) -> Plan:
                         client.map(augment_shard, raw, names, seeds, n_shards=n, pure=False),
                         refs,
                     )
-                alive = _worker_addresses(client)
+                alive = worker_addresses(client)
                 futures = [
                     _pinned(
                         client, train_shard, r, weights, batch_size, epoch * n + i, workers=alive
@@ -680,7 +686,7 @@ def _plan_feature_cache(spec: WorkloadSpec) -> Plan:
             del frames
             centroids = _pinned(client, shard_head, refs[0], k).result().astype(np.float64)
             for _ in range(max_iter):
-                alive = _worker_addresses(client)
+                alive = worker_addresses(client)
                 partials = client.gather(
                     [
                         _pinned(client, kmeans_partial, r, centroids, chunk_rows, workers=alive)
@@ -789,4 +795,5 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "WorkloadSpec",
+    "worker_addresses",
 ]

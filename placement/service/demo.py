@@ -21,7 +21,7 @@ import pandas as pd
 from placement.errors import PlacementError
 from placement.graph_facts import graph_facts
 from placement.service.errors import ServiceConfigError
-from placement.workloads import FramePart, make_frame
+from placement.workloads import FramePart, make_frame, worker_addresses
 
 AGGREGATES = {"v": "sum", "w": "max", "t": "count"}
 
@@ -131,7 +131,7 @@ def run_pipeline(
                 operator="shuffle",
                 input_bytes=spec.input_bytes,
                 n_partitions_in=spec.partitions,
-                n_workers=len(client.scheduler_info(n_workers=-1)["workers"]),
+                n_workers=len(worker_addresses(client)),
                 stage_tasks=facts.stage_tasks,
                 shuffle_stages=facts.shuffle_stages,
                 shuffle_inputs=facts.shuffle_inputs,

@@ -6,6 +6,7 @@ import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import dask
@@ -213,8 +214,12 @@ def test_dropping_shards_after_a_failed_run_does_not_hide_the_run_error(
     from placement.workloads import _drop_shards, _live_shards
 
     class WorkerGone:  # injected fault: the shards' worker has died
-        def scheduler_info(self, **kwargs: object) -> dict:  # not yet removed from the cluster
-            return {"workers": {"tcp://w:1": {}}}
+        scheduler = SimpleNamespace(  # not yet removed from the cluster
+            identity=lambda **kwargs: {"workers": {"tcp://w:1": {}}}
+        )
+
+        def sync(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+            return func(*args, **kwargs)
 
         def submit(self, *args: object, **kwargs: object) -> object:
             return object()
@@ -413,8 +418,12 @@ def test_a_shard_of_a_worker_that_left_raises_or_is_skipped_instead_of_hanging(
         def __init__(self) -> None:
             self.submitted: list[tuple[Any, ...]] = []
 
-        def scheduler_info(self, **kwargs: object) -> dict[str, Any]:
-            return {"workers": {"tcp://w:2": {}, "tcp://v:1": {}}}
+        scheduler = SimpleNamespace(
+            identity=lambda **kwargs: {"workers": {"tcp://w:2": {}, "tcp://v:1": {}}}
+        )
+
+        def sync(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+            return func(*args, **kwargs)
 
         def submit(self, *args: Any, **kwargs: Any) -> object:
             self.submitted.append(args)
@@ -462,6 +471,28 @@ def test_shards_written_before_a_failed_write_are_dropped(
     inproc.run(flush_worker_logs)
     rows = read_logs(tmp_path / "logs").table.to_pandas()
     assert sorted(rows["file_kind"]) == ["cache_shard"] * (TINY.partitions - 1)
+
+
+def test_worker_addresses_are_asked_of_the_scheduler_not_the_clients_cache(
+    inproc: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's periodic refresh caches its identity without workers; when it lands
+    between ``scheduler_info``'s own refresh and its return, ``scheduler_info()`` says
+    there are none (seen in a collection: a run failed as if its worker had left)."""
+    from distributed.objects import SchedulerInfo
+
+    from placement.workloads import worker_addresses
+
+    update = inproc._update_scheduler_info
+
+    async def refreshed_then_overwritten(n_workers: int = 0) -> None:
+        await update(n_workers=n_workers)
+        await update(n_workers=0)  # the periodic refresh, in between (injected)
+
+    monkeypatch.setattr(inproc, "_update_scheduler_info", refreshed_then_overwritten)
+    assert inproc.scheduler_info(n_workers=-1)["workers"] == {}, "the race, reproduced"
+    assert isinstance(inproc._scheduler_identity, SchedulerInfo)
+    assert len(worker_addresses(inproc)) == 2
 
 
 def _leave(client: Any) -> None:
