@@ -74,18 +74,23 @@ class FakeWorker(SimpleNamespace):
 
     __slots__ = ("__weakref__",)
 
+    @classmethod
+    def bare(cls, local_directory: Path) -> FakeWorker:
+        """A worker without a memory limit or spill buffer, its local directory given."""
+        return cls(
+            data={},
+            memory_manager=SimpleNamespace(memory_limit=None),
+            local_directory=str(local_directory),
+            address="tcp://127.0.0.1:1",
+            periodic_callbacks={},
+        )
+
 
 def test_a_workers_periodic_flush_writes_every_buffered_row(tmp_path: Path) -> None:
     """The worker's flush callback writes whatever is buffered at each of its calls, every
     ``flush_interval_s`` seconds, not only when the writer's own 30 s have passed: a
     worker killed by SIGKILL loses the rows of one flush period at most."""
-    worker = FakeWorker(
-        data={},
-        memory_manager=SimpleNamespace(memory_limit=None),
-        local_directory=str(tmp_path / "local"),
-        address="tcp://127.0.0.1:1",
-        periodic_callbacks={},
-    )
+    worker = FakeWorker.bare(tmp_path / "local")
     options = StorageOptions(log_dir=str(tmp_path / "logs"), route_p2p=False)
     storage = WorkerStorage.attach(worker, options)
     try:
@@ -107,13 +112,7 @@ def test_a_workers_periodic_flush_writes_every_buffered_row(tmp_path: Path) -> N
 def test_a_worker_without_tier_or_log_directories_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    worker = FakeWorker(
-        data={},
-        memory_manager=SimpleNamespace(memory_limit=None),
-        local_directory=str(tmp_path / "local"),
-        address="tcp://127.0.0.1:1",
-        periodic_callbacks={},
-    )
+    worker = FakeWorker.bare(tmp_path / "local")
     options = StorageOptions(route_p2p=False, save_on_signal=False)
     with caplog.at_level(logging.WARNING, logger="placement.storage.worker"):
         storage = WorkerStorage.attach(worker, options)
