@@ -138,9 +138,16 @@ def _flatten(prefix: str, section: Mapping[Any, Any]) -> list[str]:
     return keys
 
 
-def _bytes(key: str, value: Any) -> int:
-    """``value`` (an int, a float without a fraction, or a string such as ``"20GiB"``) in
-    bytes; a fraction of a byte is refused (``0.5`` and ``"1.5"`` would truncate to 0 and 1)."""
+def size_in_bytes(key: str, value: Any) -> int:
+    """Config ``key``'s ``value`` (an int, a float without a fraction, or a string such as
+    ``"20GiB"``) in bytes; a fraction of a byte is refused (``0.5`` and ``"1.5"`` would
+    truncate to 0 and 1).
+
+    Raises
+    ------
+    ServiceConfigError
+        If ``value`` is not a size of whole bytes >= 0 (the message names ``key``).
+    """
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0:
         return int(value)  # exact, however large
     nbytes = _exact_bytes(value)
@@ -265,7 +272,7 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         # store the parsed numbers: "20GiB" and "2s" become bytes and seconds here
         object.__setattr__(
-            self, "ssd_capacity_bytes", _bytes(SSD_CAPACITY_KEY, self.ssd_capacity_bytes)
+            self, "ssd_capacity_bytes", size_in_bytes(SSD_CAPACITY_KEY, self.ssd_capacity_bytes)
         )
         object.__setattr__(self, "lease_ttl_s", _seconds(LEASE_TTL_KEY, self.lease_ttl_s))
         if self.lease_fraction is not None and not (
@@ -405,7 +412,7 @@ class LinkConfig:
         ):
             object.__setattr__(self, name, _seconds(key, getattr(self, name)))
         object.__setattr__(
-            self, "unknown_size_bytes", _bytes(UNKNOWN_SIZE_KEY, self.unknown_size_bytes)
+            self, "unknown_size_bytes", size_in_bytes(UNKNOWN_SIZE_KEY, self.unknown_size_bytes)
         )
 
     @classmethod

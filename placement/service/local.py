@@ -20,7 +20,7 @@ from dask.utils import parse_bytes
 
 from placement.errors import PlacementError
 from placement.local_cluster import WORKER_PRELOAD_KEY, local_cluster
-from placement.service.config import MODEL_KEY, SSD_CAPACITY_KEY, LinkConfig
+from placement.service.config import MODEL_KEY, SSD_CAPACITY_KEY, LinkConfig, size_in_bytes
 from placement.service.errors import ServiceConfigError
 from placement.storage.config import (
     HDD_DIR_KEY,
@@ -39,14 +39,6 @@ def tight_memory(target_fraction: float = 0.02) -> dict[str, Any]:
     if not 0 < target_fraction < 0.7:
         raise ServiceConfigError(f"target_fraction={target_fraction!r} must be in (0, 0.7)")
     return spill_heavy_settings(target_fraction)
-
-
-def _byte_size(name: str, value: Any) -> int:
-    """``value`` (``"2GiB"``) in bytes; a :class:`ServiceConfigError` naming ``name``."""
-    try:
-        return int(parse_bytes(value))
-    except (ValueError, TypeError) as exc:
-        raise ServiceConfigError(f"{name}={value!r}: {exc}; give sizes such as '2GiB'") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,14 +95,13 @@ class ServeOptions:
             raise ServiceConfigError(
                 f"scheduler_port={self.scheduler_port!r} must be in [0, 65535]"
             )
-        capacity = (
-            _byte_size("ssd_capacity", self.ssd_capacity)
-            if isinstance(self.ssd_capacity, str)
-            else self.ssd_capacity
-        )
-        _byte_size("memory_limit", self.memory_limit)
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise ServiceConfigError(f"ssd_capacity={self.ssd_capacity!r} must be >= 0 bytes")
+        size_in_bytes("ssd_capacity", self.ssd_capacity)  # as the scheduler will read it
+        try:  # Dask's own reading of a worker's limit
+            parse_bytes(self.memory_limit)
+        except (ValueError, TypeError) as exc:
+            raise ServiceConfigError(
+                f"memory_limit={self.memory_limit!r}: {exc}; give a size such as '2GiB'"
+            ) from None
         if self.ssd_dir == self.hdd_dir:
             raise ServiceConfigError(
                 f"ssd_dir and hdd_dir are both {self.ssd_dir!r}; give each tier its own directory"
