@@ -303,9 +303,8 @@ class LogWriter:
             self.rows_written += len(rows)
             self.files.append(final)
             with self._lock:
-                recovered = self._failing
                 self._failing = False
-            if recovered and self._failure_logged_at is not None:
+            if self._failure_logged_at is not None:  # a failure was logged: say it is over
                 logger.warning(
                     "placement log rows are written again (%d lost while failing)", self.rows_lost
                 )

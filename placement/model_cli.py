@@ -78,12 +78,12 @@ def _read(paths: Sequence[str], progress: bool) -> tuple[Any, dict[str, Any], Ro
     it) is read once; the report counts the repeats in ``files_repeated``. A usable row
     whose ``(run_id, file_id)`` an earlier row has (a copy of a log under another name, a
     row written twice) is dropped, the first kept; the report counts them in
-    ``rows_repeated`` (``rows_usable`` counts the rows kept).
+    ``rows_repeated`` (``rows_usable`` counts the rows kept). The commands check that
+    ``paths`` exist first (:func:`_check_paths`), before making any output directory.
     """
     from placement.features import clean_table
     from placement.logwriter import kept_parts_dirs, log_files, read_logs
 
-    _check_paths(paths)
     files: list[Path] = []
     kept: list[Path] = []  # .parts-* directories of interrupted collections, in paths given
     seen: set[str] = set()

@@ -253,7 +253,8 @@ def _zstd_tail(path: str, skip: int) -> bytes:
     pyarrow's stream raises at the cut and drops what the failing read had decoded (at most
     :data:`_ZSTD_READ_SIZE` bytes), so the stream is decoded again: ``skip`` bytes in large
     reads, then one byte a read up to the cut, so no byte decoded before it is lost. Only cut
-    streams pay for this (a second decode of the file; the byte reads take ~25 ms).
+    streams pay for this: a second decode of the file, and at most :data:`_ZSTD_READ_SIZE`
+    one-byte reads.
     """
     out: list[bytes] = []
     try:

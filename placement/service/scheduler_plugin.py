@@ -20,7 +20,7 @@ from placement.storage.config import env_name
 logger = logging.getLogger(__name__)
 
 #: Decision batches of at least this many requests are predicted off the event loop
-#: (:meth:`PlacementSchedulerPlugin.handle_decide`); smaller ones take under 10 ms.
+#: (:meth:`PlacementSchedulerPlugin.handle_decide`); smaller ones are decided on the loop.
 THREADED_BATCH = 256
 
 #: Keys of a ``placement_sync`` report that :meth:`PlacementService.sync` takes; a report
@@ -125,11 +125,12 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
     async def handle_decide(
         self, worker: str, requests: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
-        """``placement_decide``: a batch of decision requests. A large batch is predicted
-        in a thread (about 30 us a file: 0.3 s for
-        :data:`~placement.service.service.MAX_BATCH`) so the event loop
-        goes on serving the scheduler; it is then placed on the loop, where the ledger's
-        other updates happen."""
+        """``placement_decide``: a batch of decision requests. A batch of
+        :data:`THREADED_BATCH` requests or more is checked and predicted in a thread (its
+        features and model calls grow with its length, up to
+        :data:`~placement.service.service.MAX_BATCH`), so the event loop goes on serving
+        the scheduler; it is then placed on the loop, where the ledger's other updates
+        happen."""
         service = self._service()
         if isinstance(requests, list) and len(requests) >= THREADED_BATCH:
             batch = await asyncio.to_thread(service.predict_batch, worker=worker, requests=requests)

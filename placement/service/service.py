@@ -501,8 +501,8 @@ class PlacementService:
         until its next report, for one lease life at most.
 
         It is :meth:`predict_batch` then :meth:`admit_batch`; the scheduler plugin runs the
-        first (features and the model, about 30 us a file) in a thread for large batches,
-        so the scheduler's event loop is not held for the whole batch.
+        first (features and the model, the work that grows with the batch) in a thread for
+        large batches, so the scheduler's event loop is not held for the whole batch.
         """
         return self.admit_batch(self.predict_batch(worker=worker, requests=requests))
 
