@@ -79,6 +79,23 @@ def fill_until_full(store: CacheStore, batch: int, variant: int = 0) -> int:
     return written
 
 
+def fill_until_error(store: CacheStore, n: int, batch: int) -> tuple[int, str | None]:
+    """Write samples ``0 .. n - 1`` of variant 0 batch by batch until a write raises
+    :class:`~cache.CacheError` (a full disk, a file-size limit). Returns the records
+    written and the error's message (``None`` if every batch was written)."""
+    from cache import CacheError
+
+    shape = store.sample_shape
+    written = 0
+    for start in range(0, n, batch):
+        idx = np.arange(start, min(start + batch, n))
+        try:
+            written += store.put_batch(idx, 0, images(idx, 0, shape), labels(idx))
+        except CacheError as exc:
+            return written, str(exc)
+    return written, None
+
+
 # -- damaging a cache's file, as a failing disk or a careless copy would -----------------
 def flip(path: Path, offset: int, length: int = 64) -> None:
     """Invert ``length`` bytes of the file ``path`` from ``offset``."""

@@ -102,14 +102,7 @@ shape = (3, 64, 64)
 store = CacheStore(CacheConfig(path, variants=1, max_bytes=1 << 30), helpers.identity(shape=shape))
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # real: writes past it fail (EFBIG)
-written, error = 0, None
-for start in range(0, 512, 16):
-    idx = np.arange(start, start + 16)
-    try:
-        written += store.put_batch(idx, 0, helpers.images(idx, 0, shape), helpers.labels(idx))
-    except CacheError as exc:
-        error = str(exc)
-        break
+written, error = helpers.fill_until_error(store, 512, 16)
 served = helpers.check_batch(store, np.arange(512), 0)
 print(json.dumps({"written": written, "error": error, "state": store.state.value,
                   "served": served}))
@@ -279,14 +272,7 @@ from tests.cache import helpers
 root, shape = sys.argv[1], (3, 64, 64)  # 12 KiB records: 512 of them do not fit in 2 MiB
 store = CacheStore(CacheConfig(root + "/c", variants=1, max_bytes=64 << 20),
                    helpers.identity(shape=shape))
-written, error = 0, None
-for start in range(0, 512, 32):
-    idx = np.arange(start, start + 32)
-    try:
-        written += store.put_batch(idx, 0, helpers.images(idx, 0, shape), helpers.labels(idx))
-    except CacheError as exc:
-        error = str(exc)
-        break
+written, error = helpers.fill_until_error(store, 512, 32)
 out = {"written": written, "error": error, "state": store.state.value,
        "served": helpers.check_batch(store, np.arange(512), 0)}
 store.close()
