@@ -519,3 +519,16 @@ def test_a_single_budget_plots_without_a_matplotlib_warning(
     assert res.exit_code == 0, res.output
     assert (tmp_path / "placement-eval.png").stat().st_size > 0
     assert [str(w.message) for w in caught if "xlims" in str(w.message)] == []
+
+
+def test_progress_bars_stay_out_of_pipes(tmp_path: Path, bad_rows_log: Path) -> None:
+    """Without --no-progress, a run whose stderr is not a terminal (CliRunner's, a pipe, a
+    log file) prints no tqdm bar, as ``report`` does."""
+    args = ["--split", "time", "--budgets", "5", "--no-measure"]
+    for command in (
+        ["evaluate", str(bad_rows_log), "--out", str(tmp_path), *args],
+        ["simulate", str(bad_rows_log)],
+    ):
+        res = _invoke(*command)
+        assert res.exit_code == 0, res.output
+        assert "\r" not in res.output and "/s]" not in res.output, res.output
