@@ -4,8 +4,9 @@ A :class:`LogWriter` buffers rows in memory and writes them as one Parquet file 
 flush, named ``<prefix>-<sequence>.parquet``. Every writer has its own prefix (host,
 process id and a random token), so writers of different worker processes sharing one
 log directory never write the same file. A file is written under a temporary name
-(``.<name>.tmp``) and renamed when complete: a crash loses at most the rows not yet
-flushed and never leaves a torn Parquet file under a ``.parquet`` name.
+(``.<name>.tmp``), synced to its disk (``fsync``), renamed when complete, and the rename
+synced too (the directory's ``fsync``): a crash or a power loss loses at most the rows not
+yet flushed and never leaves an empty or torn Parquet file under a ``.parquet`` name.
 
 Flushes happen when ``max_rows`` rows are buffered, when a row arrives ``max_interval_s``
 seconds after the last flush, on :meth:`LogWriter.maybe_flush` (called periodically by
@@ -46,6 +47,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,7 +135,8 @@ class LogWriter:
         self.max_interval_s = float(max_interval_s)
         self.max_buffered_rows = max_buffered_rows
         self._clock = clock
-        self._rows: list[Mapping[str, Any]] = []
+        # bounded: appending to a full buffer drops its oldest row in O(1)
+        self._rows: deque[Mapping[str, Any]] = deque(maxlen=max_buffered_rows)
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._last_flush = clock()
@@ -142,6 +145,7 @@ class LogWriter:
         self._closed = False
         self._failing = False  # the last flush failed: a full buffer waits for the interval
         self._failure_logged_at: float | None = None
+        self._directory_sync_failed = False
         #: Rows written to files so far.
         self.rows_written = 0
         #: Rows dropped at a flush because they do not fit the log schema.
@@ -163,10 +167,9 @@ class LogWriter:
         with self._lock:
             if self._closed:
                 raise LogWriteError(f"log writer {self.prefix} is closed")
-            self._rows.append(row)
-            if len(self._rows) > self.max_buffered_rows:  # flushes keep failing: oldest go
-                del self._rows[0]
+            if len(self._rows) == self.max_buffered_rows:  # flushes keep failing: oldest go
                 self.rows_lost += 1
+            self._rows.append(row)  # a full deque drops its oldest row
             # after a failed flush a full buffer waits for the interval: retrying at every
             # row would rebuild the whole buffer's table per row while the disk is full
             due = (len(self._rows) >= self.max_rows and not self._failing) or (
@@ -264,7 +267,8 @@ class LogWriter:
         """
         with self._flush_lock:
             with self._lock:
-                rows, self._rows = self._rows, []
+                rows = list(self._rows)
+                self._rows.clear()
                 self._last_flush = self._clock()
             if not rows:
                 return None
@@ -280,6 +284,7 @@ class LogWriter:
             tmp = self.directory / f".{name}.tmp"
             try:
                 pq.write_table(table, tmp)
+                _sync(tmp)  # the content is on disk before the name can be
                 os.replace(tmp, final)
             except BaseException as exc:
                 # whatever failed, no torn file is left and the rows wait for the next flush
@@ -288,18 +293,22 @@ class LogWriter:
                 except OSError:
                     pass
                 with self._lock:
-                    self._rows[:0] = rows
-                    self._failing = True
-                    excess = len(self._rows) - self.max_buffered_rows
-                    if excess > 0:  # bounded memory: the oldest rows go first
-                        del self._rows[:excess]
+                    # the failed rows go back before those added meanwhile; past the bound
+                    # the oldest go first (a bounded deque drops from the left as it extends)
+                    excess = len(rows) + len(self._rows) - self.max_buffered_rows
+                    if excess > 0:
                         self.rows_lost += excess
+                    added = self._rows
+                    self._rows = deque(rows, maxlen=self.max_buffered_rows)
+                    self._rows.extend(added)
+                    self._failing = True
                 if not isinstance(exc, (OSError, pa.ArrowException)):
                     raise
                 message = f"writing log file {final} failed: {exc}"
                 if isinstance(exc, OSError) and exc.errno is not None:
                     raise LogWriteError(exc.errno, message) from exc
                 raise LogWriteError(message) from exc
+            self._sync_directory(final)
             self.rows_written += len(rows)
             self.files.append(final)
             with self._lock:
@@ -374,7 +383,7 @@ class LogWriter:
 
     def record_unlogged(self, record: Mapping[str, Any]) -> Path:
         """Write ``record``, what is known of temporary files that went without a log row,
-        as a hidden JSON file in the log directory (atomically, as log files are).
+        as a hidden JSON file in the log directory (atomically and durably, as log files are).
 
         A store calls it when it removes the files of a dead store
         (:meth:`~placement.storage.store.TieredFileStore.cleanup_orphans`): their rows
@@ -404,6 +413,7 @@ class LogWriter:
         tmp = self.directory / f"{name}.tmp"
         try:
             tmp.write_text(json.dumps(dict(record), sort_keys=True) + "\n")
+            _sync(tmp)
             os.replace(tmp, final)
         except (OSError, TypeError, ValueError) as exc:
             try:
@@ -414,7 +424,29 @@ class LogWriter:
             if isinstance(exc, OSError) and exc.errno is not None:
                 raise LogWriteError(exc.errno, message) from exc
             raise LogWriteError(message) from exc
+        self._sync_directory(final)
         return final
+
+    def _sync_directory(self, written: Path) -> None:
+        """Make the rename of ``written`` durable: sync the log directory's entries.
+
+        The file is complete and visible by then, so a failure (a file system that cannot
+        sync a directory) does not put its rows back, which would write them twice: it is
+        logged, as a warning the first time and at debug level after, and a power loss
+        before the file system writes the entry itself may then lose the file.
+        """
+        try:
+            _sync(self.directory)
+        except OSError as exc:
+            level = logging.DEBUG if self._directory_sync_failed else logging.WARNING
+            self._directory_sync_failed = True
+            logger.log(
+                level,
+                "log file %s is written but its directory could not be synced (%s): "
+                "a power loss may still lose it",
+                written,
+                exc,
+            )
 
     def __enter__(self) -> LogWriter:
         return self
@@ -424,6 +456,22 @@ class LogWriter:
 
     def __repr__(self) -> str:
         return f"<LogWriter {self.directory}/{self.prefix}-*: {self.rows_written} rows written>"
+
+
+def _sync(path: Path) -> None:
+    """Flush what is written to ``path`` to its disk: a file's content, or a directory's
+    entries (the names renamed into it).
+
+    Raises
+    ------
+    OSError
+        If ``path`` cannot be opened or synced.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _to_table(rows: list[Mapping[str, Any]]) -> pa.Table:

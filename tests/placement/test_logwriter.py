@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -224,6 +226,96 @@ def test_failed_flush_keeps_rows_and_leaves_no_torn_file(
     assert read_logs(tmp_path).table.num_rows == 2
 
 
+def test_a_log_file_is_synced_before_its_name_appears_and_its_directory_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A power loss right after a flush leaves the file whole or absent, never empty or torn:
+    the content is synced under the temporary name, then renamed, then the rename synced."""
+    events: list[tuple[str, ...]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def observed_fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        what = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+        visible = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
+        events.append(("fsync", what, str(st.st_ino), ",".join(visible)))
+        real_fsync(fd)
+
+    def observed_replace(src: Path, dst: Path) -> None:
+        events.append(("rename", Path(src).name, Path(dst).name))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(logwriter_module.os, "fsync", observed_fsync)
+    monkeypatch.setattr(logwriter_module.os, "replace", observed_replace)
+    writer = LogWriter(tmp_path, prefix="w")
+    writer.add(row(1))
+    final = writer.flush()
+    assert final is not None
+    file_ino, dir_ino = str(final.stat().st_ino), str(tmp_path.stat().st_ino)
+    assert events == [
+        ("fsync", "file", file_ino, ""),  # the content, while no .parquet name shows it yet
+        ("rename", ".w-000001.parquet.tmp", "w-000001.parquet"),
+        ("fsync", "directory", dir_ino, "w-000001.parquet"),  # then the new name itself
+    ], events
+    events.clear()
+    record = writer.record_unlogged({"files": 1, "bytes": 10})
+    assert [e[:2] for e in events] == [
+        ("fsync", "file"),
+        ("rename", record.name + ".tmp"),
+        ("fsync", "directory"),
+    ], events
+    assert events[0][2] == str(record.stat().st_ino), "the record is synced as log files are"
+    writer.close()
+
+
+def test_a_failed_fsync_keeps_rows_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = LogWriter(tmp_path)
+    writer.add(row(1))
+    writer.add(row(2))
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(logwriter_module.os, "fsync", failing_fsync)
+    with pytest.raises(LogWriteError, match="Input/output error"):
+        writer.flush()
+    assert writer.pending == 2 and writer.files == []
+    assert list(tmp_path.iterdir()) == [], "neither the file nor its temporary name is left"
+    monkeypatch.undo()
+    writer.close()
+    assert read_logs(tmp_path).table.num_rows == 2
+
+
+def test_a_directory_that_cannot_be_synced_is_reported_once_and_its_rows_not_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file is whole and visible when its directory's sync fails: its rows are written,
+    not buffered again (which would write them twice); the failure is a warning, once."""
+    real_fsync = os.fsync
+
+    def no_directory_sync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(22, "Invalid argument")
+        real_fsync(fd)
+
+    monkeypatch.setattr(logwriter_module.os, "fsync", no_directory_sync)
+    writer = LogWriter(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="placement.logwriter"):
+        for i in range(2):
+            writer.add(row(i))
+            assert writer.flush() is not None
+    assert writer.pending == 0 and writer.rows_written == 2
+    [warning] = caplog.records
+    assert (
+        "could not be synced (" in warning.getMessage()
+        and "Invalid argument" in warning.getMessage()
+    )
+    writer.close()
+    assert read_logs(tmp_path).table.num_rows == 2
+
+
 def test_while_the_log_disk_is_full_rows_wait_for_the_interval_in_a_bounded_buffer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -270,6 +362,28 @@ def test_while_the_log_disk_is_full_rows_wait_for_the_interval_in_a_bounded_buff
         writer.add(row(100 + i))
     assert writer.pending == 0
     writer.close()
+
+
+def test_rows_added_while_a_flush_fails_queue_behind_its_rows_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = LogWriter(tmp_path, max_rows=4, max_interval_s=3600, max_buffered_rows=5)
+    for i in range(3):
+        writer.add(row(i))
+
+    def full_while_rows_arrive(table: object, where: object, **kw: object) -> None:
+        for i in range(10, 13):  # deleted files' rows arriving during the write
+            writer.add(row(i))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", full_while_rows_arrive)
+    with pytest.raises(LogWriteError, match="No space left"):
+        writer.flush()
+    assert writer.pending == 5 and writer.rows_lost == 1, "6 rows, 5 kept: the oldest goes"
+    monkeypatch.undo()
+    writer.close()
+    kept = read_logs(tmp_path).table["file_id"].to_pylist()
+    assert kept == ["f1", "f2", "f10", "f11", "f12"], "the failed rows first, then the new ones"
 
 
 def test_rows_arriving_while_close_flushes_are_refused_and_counted(
