@@ -26,12 +26,15 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from placement.signals import sigterm_raises
 from placement.text import text_table
+
+if TYPE_CHECKING:
+    from placement.model import ModelSet
 
 
 def _fmt_bytes(n: float) -> str:
@@ -263,11 +266,13 @@ def _serve(
         )
     except PlacementError as exc:
         raise click.UsageError(str(exc)) from exc
+    # loaded once: here, to refuse a bad model before any process starts, then served as is
+    models = None
     if options.model is not None:
-        _check_model(options.model, from_option=model_dir is not None)
+        models = _load_model(options.model, from_option=model_dir is not None)
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
     try:
-        with service_cluster(options) as cluster, Client(cluster) as client:
+        with service_cluster(options, models=models) as cluster, Client(cluster) as client:
             if demo:
                 _demo(client, options, *demo, as_json)
             else:
@@ -286,13 +291,14 @@ def _serve(
         raise click.ClickException(str(exc)) from exc
 
 
-def _check_model(path: str, *, from_option: bool) -> None:
-    """Refuse a model that cannot be loaded before any process starts.
+def _load_model(path: str, *, from_option: bool) -> ModelSet:
+    """Load the model before any process starts, refusing one that cannot be loaded.
 
     The scheduler would refuse it too, but only after the cluster has started, with its own
-    log line beside the error: this check gives one message naming where the path came from
+    log line beside the error: this gives one message naming where the path came from
     (``--model`` or the ``placement.model`` config key) and exits with click's status (2 for
-    an option, 1 for the config).
+    an option, 1 for the config). The scheduler (in this process) serves the models loaded
+    here (:func:`~placement.service.local.service_cluster`) rather than reading them again.
     """
     from placement.errors import ModelError
     from placement.model import ModelSet
@@ -300,7 +306,7 @@ def _check_model(path: str, *, from_option: bool) -> None:
     from placement.storage.config import env_name
 
     try:
-        ModelSet.load(path)
+        return ModelSet.load(path)
     except ModelError as exc:
         if from_option:
             raise click.BadParameter(str(exc), param_hint="'--model'") from exc

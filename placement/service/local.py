@@ -20,8 +20,10 @@ from dask.utils import parse_bytes
 
 from placement.errors import PlacementError
 from placement.local_cluster import WORKER_PRELOAD_KEY, local_cluster
+from placement.model import ModelSet
 from placement.service.config import MODEL_KEY, SSD_CAPACITY_KEY, LinkConfig, size_in_bytes
 from placement.service.errors import ServiceConfigError
+from placement.service.scheduler_plugin import PlacementSchedulerPlugin
 from placement.storage.config import (
     HDD_DIR_KEY,
     LOG_DIR_KEY,
@@ -126,10 +128,15 @@ class ServeOptions:
 
 
 @contextlib.contextmanager
-def service_cluster(options: ServeOptions, **cluster_kwargs: Any) -> Iterator[Any]:
+def service_cluster(
+    options: ServeOptions, *, models: ModelSet | None = None, **cluster_kwargs: Any
+) -> Iterator[Any]:
     """A multi-process ``LocalCluster`` running the placement service; closed on exit.
 
-    ``cluster_kwargs`` go to ``LocalCluster`` (e.g. ``security=``).
+    ``cluster_kwargs`` go to ``LocalCluster`` (e.g. ``security=``). ``models`` are the models
+    at ``options.model``, already loaded: the scheduler, which runs in this process, serves
+    them instead of reading the directory again (its plugin is added before the preload's,
+    which then adds none: ``idempotent``).
 
     The cluster is a :func:`placement.local_cluster.local_cluster`: without
     ``options.dashboard_address`` (nor a ``dashboard_address`` in ``cluster_kwargs``) it has no
@@ -154,6 +161,15 @@ def service_cluster(options: ServeOptions, **cluster_kwargs: Any) -> Iterator[An
     if options.local_directory:
         kwargs["local_directory"] = options.local_directory
     kwargs.update(cluster_kwargs)
+    if models is not None:
+        if options.model is None:
+            raise ServiceConfigError(
+                "models given without options.model: give the directory they were loaded from"
+            )
+        scheduler_kwargs = dict(kwargs.get("scheduler_kwargs") or {})
+        plugin = PlacementSchedulerPlugin(models=models)
+        scheduler_kwargs["plugins"] = [*scheduler_kwargs.get("plugins", ()), plugin]
+        kwargs["scheduler_kwargs"] = scheduler_kwargs
     # here, not only in the workers, whose start fails with Dask's "Nanny failed to start"
     check_storage_dirs(options.ssd_dir, options.hdd_dir, options.log_dir)
     with dask.config.set(options.dask_config()), contextlib.ExitStack() as stack:

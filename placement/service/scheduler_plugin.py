@@ -12,6 +12,7 @@ from typing import Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from placement.errors import ModelError, PlacementError
+from placement.model import ModelSet
 from placement.service.config import MODEL_KEY, ServiceConfig
 from placement.service.errors import WorkerRemoved
 from placement.service.service import PlacementService
@@ -59,21 +60,33 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
         ``client.register_plugin`` pickles the plugin, so the scheduler then hosts a
         *copy* of this service (its clocks must pickle too): read its state with
         :func:`~placement.service.client.service_state`, not from this object.
+    models : ModelSet, optional
+        Without ``service``: the models at ``placement.model``, already loaded, for the
+        service built at start (``dataplane serve`` loads them once, to refuse a bad model
+        before its cluster starts, and hands them to its scheduler this way).
     """
 
     name = PLUGIN_NAME
 
-    def __init__(self, service: PlacementService | None = None) -> None:
+    def __init__(
+        self, service: PlacementService | None = None, *, models: ModelSet | None = None
+    ) -> None:
         if service is not None and not isinstance(service, PlacementService):
             raise TypeError(f"service must be a PlacementService, got {type(service).__name__}")
+        if models is not None and (service is not None or not isinstance(models, ModelSet)):
+            raise TypeError(
+                "models must be a ModelSet, given without a service (they serve the one "
+                "built from Dask's config)"
+            )
         self.service = service
+        self.models = models
         self.scheduler: Any = None
         self._unknown_logged = False
 
     async def start(self, scheduler: Any) -> None:
         if self.service is None:
             try:
-                self.service = service_from_dask_config()
+                self.service = service_from_dask_config(models=self.models)
             except PlacementError as exc:
                 # a configuration error: one line that names the key and the fix, no traceback
                 logger.error("placement service not started: %s", exc)
@@ -164,11 +177,17 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
             return {"refused": reason}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"service": self.service, "scheduler": None}
+        # every attribute travels (a copy is built without __init__) but the scheduler's
+        return {**self.__dict__, "scheduler": None}
 
 
-def service_from_dask_config() -> PlacementService:
+def service_from_dask_config(*, models: ModelSet | None = None) -> PlacementService:
     """A :class:`PlacementService` built from the ``placement.*`` Dask config keys.
+
+    Parameters
+    ----------
+    models : ModelSet, optional
+        The models at ``placement.model``, already loaded (they are not read again).
 
     Raises
     ------
@@ -179,7 +198,7 @@ def service_from_dask_config() -> PlacementService:
     """
     config = ServiceConfig.from_dask_config()
     try:
-        return PlacementService(config)
+        return PlacementService(config, models=models)
     except ModelError as exc:
         path = config.model_path
         if path is None:

@@ -181,6 +181,10 @@ class PlacementService:
         Budget, model path, log directory, lease settings.
     predictor : Predictor, optional
         Start with this predictor instead of loading ``config.model_path``.
+    models : ModelSet, optional
+        The models at ``config.model_path``, already loaded (``dataplane serve`` loads them to
+        refuse a bad model before its cluster starts): used as loaded from there, history
+        and all, without reading the directory again.
     clock : callable
         Monotonic clock, in seconds (lease lives).
     wall_clock : callable
@@ -190,6 +194,8 @@ class PlacementService:
     ------
     ModelError
         If ``config.model_path`` is set and cannot be loaded (the message names the fix).
+    ServiceError
+        If ``models`` is given with a ``predictor``, or without a ``config.model_path``.
     """
 
     def __init__(
@@ -197,11 +203,20 @@ class PlacementService:
         config: ServiceConfig,
         *,
         predictor: Predictor | None = None,
+        models: ModelSet | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not isinstance(config, ServiceConfig):
             raise TypeError(f"config must be a ServiceConfig, got {type(config).__name__}")
+        if models is not None:
+            if not isinstance(models, ModelSet):
+                raise TypeError(f"models must be a ModelSet, got {type(models).__name__}")
+            if predictor is not None or not config.model_path:
+                raise ServiceError(
+                    "models are the ones loaded from config.model_path: give them with "
+                    "config.model_path set and no predictor"
+                )
         self.config = config
         self.clock = clock
         self.wall_clock = wall_clock
@@ -225,7 +240,8 @@ class PlacementService:
             if config.model_path:
                 # a bad model stops the service here, as it always did; only the history
                 # (every log file) is left to the thread
-                models = ModelSet.load(config.model_path)
+                if models is None:
+                    models = ModelSet.load(config.model_path)
                 self._pending = Predictor(models, version=1, source=str(config.model_path))
             predictor = Predictor()
         self._predictor = predictor

@@ -491,6 +491,40 @@ def test_the_configured_models_history_is_read_in_a_thread_while_the_service_ans
     assert Predictor.from_bytes(reply["predictor"]).version == 1
 
 
+def observe_model_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths :meth:`ModelSet.load` is called with from now on (it still loads them)."""
+    calls: list[str] = []
+    real_load = ModelSet.load.__func__  # type: ignore[attr-defined]
+
+    def load(cls: type[ModelSet], path: object) -> ModelSet:
+        calls.append(str(path))
+        return real_load(cls, path)
+
+    monkeypatch.setattr(ModelSet, "load", classmethod(load))
+    return calls
+
+
+def test_a_service_given_its_loaded_models_serves_them_without_reading_them_again(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models = ModelSet.load(model_dir)
+    loads = observe_model_loads(monkeypatch)
+    config = ServiceConfig(ssd_capacity_bytes=MiB, model_path=str(model_dir))
+    service = PlacementService(config, models=models)
+    assert service.wait_for_history(30)
+    assert loads == [], "the directory is not read again"
+    assert service.predictor.version == 1 and service.predictor.source == str(model_dir)
+    assert service.predictor.models is models
+    with pytest.raises(ServiceError, match="config.model_path"):
+        PlacementService(ServiceConfig(ssd_capacity_bytes=MiB), models=models)
+    with pytest.raises(ServiceError, match="no predictor"):
+        PlacementService(config, predictor=Predictor(), models=models)
+    with pytest.raises(TypeError, match="ModelSet"):
+        PlacementService(config, models=str(model_dir))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ModelSet"):
+        PlacementSchedulerPlugin(service, models=models)
+
+
 def test_a_bad_configured_model_stops_the_service_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="dataplane placement train"):
         PlacementService(ServiceConfig(ssd_capacity_bytes=1, model_path=str(tmp_path / "none")))
@@ -604,6 +638,11 @@ def test_scheduler_plugin_with_a_service_pickles_for_register_plugin() -> None:
     assert copy.service.sync(worker="v", used_bytes=0)["allowance"] > 0
     assert copy.service.predictor.version == 0  # its lock works
     assert "v" not in service.ledger
+
+    async def renew_from_a_newer_worker() -> dict:
+        return await copy.handle_sync(worker="u", used_bytes=0, compressed_bytes=3)
+
+    assert "allowance" in asyncio.run(renew_from_a_newer_worker()), "the copy is whole"
 
 
 # ---------------------------------------------------------------------- worker-side chooser
@@ -1186,6 +1225,27 @@ def test_serve_refuses_a_model_it_cannot_load_before_starting_a_cluster(
     assert "placement.model=" in res.output and "DASK_PLACEMENT__MODEL" in res.output
     assert "--model" not in res.output
     assert list(scratch.iterdir()) == []
+
+
+def test_serve_loads_its_model_once(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve`` loads the model to refuse a bad one before its cluster starts; its scheduler
+    (in the same process) serves those models rather than loading the directory again."""
+    import json
+    import tempfile
+
+    from click.testing import CliRunner
+
+    from placement.service.cli import serve_command
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    loads = observe_model_loads(monkeypatch)
+    args = ["--demo", "--json", "--workers", "1", "--demo-partitions", "2", "--demo-rows", "2000"]
+    res = CliRunner().invoke(serve_command, [*args, "--model", str(model_dir)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output[res.output.index("{") :])["matches_pandas"] is True
+    assert loads == [str(model_dir)], "loaded once"
 
 
 def test_serve_removes_its_temporary_directory_but_the_logs_in_it(tmp_path: Path) -> None:
