@@ -11,7 +11,10 @@ is that buffer with three methods changed:
   appends to it through the store (counted);
 * the ``read`` callback: seals the file, lets Dask's own reader (Arrow stream reader,
   or ``mmap`` for arrays) read it from its tier, and counts the read;
-* ``close()``: after Dask's cleanup, deletes each file through the store (one log row each).
+* ``close()``: after Dask's cleanup, deletes each file through the store (one log row each)
+  and the run's folder on both tiers
+  (:meth:`~placement.storage.store.TieredFileStore.remove_folder`), so that a long-lived
+  worker does not collect an empty folder per shuffle run.
 
 :class:`ShuffleFileRouter` installs it for one worker.
 
@@ -118,8 +121,14 @@ class TieredDiskShardsBuffer(DiskShardsBuffer):
             return list(self._files.values())
 
     async def close(self) -> None:
-        """Close Dask's buffer, then delete every file (one row each), best-effort:
-        a file that fails to delete is logged and the others are still deleted."""
+        """Close Dask's buffer, then delete every file (one row each) and the run's folder
+        on both tiers, best-effort: a file that fails to delete is logged and the others
+        are still deleted (its folder then stays until the store closes).
+
+        Dask's close is the end of the run's writes: it waits for the writes in flight
+        and refuses later ones (``Already closed``), and no other run writes in this
+        run's folder (``shuffle-<id>-<run id>``), so the folder can go with the files.
+        """
         try:
             await super().close()
         finally:
@@ -130,6 +139,10 @@ class TieredDiskShardsBuffer(DiskShardsBuffer):
                     self._store.delete(handle)
                 except Exception:
                     logger.exception("deleting the shuffle file %r failed", handle)
+            try:
+                self._store.remove_folder(self._run_dir)
+            except Exception:
+                logger.exception("removing the shuffle folder %r failed", self._run_dir)
 
 
 class _Route:

@@ -727,6 +727,56 @@ class TieredFileStore:
                 logger.exception("log sink %r refused the row of %r", self.sink, handle.name)
         return row
 
+    def remove_folder(self, name: str) -> int:
+        """Remove the sub-folder ``name`` (made by file names such as ``name/part-3``) on both
+        tiers, once no live file lies in it: when the files of a P2P shuffle run are deleted
+        (:class:`~placement.storage.shuffle.TieredDiskShardsBuffer`), its folder goes with them
+        rather than staying empty until the store closes.
+
+        A folder is removed only while it is empty and no live file of this store lies in it,
+        checked under the store's lock: a file created in it from then on (whose name makes
+        it live at :meth:`create`, before it is written) finds no folder and makes it again
+        when written, and a file still live keeps the folder. Other folders of ``name``'s
+        path, and a folder that still holds something on disk, are left.
+
+        Parameters
+        ----------
+        name : str
+            Relative folder name, as in the file names given to :meth:`create`.
+
+        Returns
+        -------
+        int
+            Tier folders removed (0, 1 or 2); 0 as well when a live file lies in the folder
+            or the store is closed.
+
+        Raises
+        ------
+        UnsafePathError
+            If ``name`` would escape the tier directory.
+        TierIOError
+            If a folder cannot be removed for another reason than its absence or content.
+        """
+        paths = [resolve_within(root, name) for root in self.roots.values()]
+        prefix = name + "/"
+        removed = 0
+        with self._lock:
+            if self._closed or any(live.startswith(prefix) for live in self._live):
+                return 0
+            for path in paths:
+                try:
+                    os.rmdir(path)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                        continue
+                    raise TierIOError(
+                        exc.errno, f"removing the folder {path} failed: {exc.strerror}"
+                    ) from exc
+                removed += 1
+        return removed
+
     def row_of(self, handle: TempFile, *, deleted_at: float) -> dict[str, Any]:
         """The log-schema row of ``handle`` as if it were deleted at ``deleted_at``."""
         row = handle.request.to_row()

@@ -247,3 +247,33 @@ def test_a_worker_terminated_by_its_nanny_for_memory_logs_its_buffered_rows_and_
     assert rows["file_id"].str.startswith(before["label"] + "-").sum() == 10, "7 buffered, 3 live"
     pid_token = before["label"].removeprefix("worker-")  # the store's directory ends with it
     assert [p for p in (*ssd.iterdir(), *hdd.iterdir()) if pid_token in p.name] == []
+
+
+def test_a_finished_shuffle_leaves_no_empty_folder_on_a_live_worker(tiered_cluster) -> None:
+    """Each P2P shuffle run writes its files in its own ``shuffle-<id>-<run>`` folder of the
+    worker's store; when the run closes, the folder goes with its files on both tiers
+    rather than staying, empty, for as long as the worker lives."""
+    import dask.dataframe as dd
+
+    client = tiered_cluster.client
+    pdf = pd.DataFrame({"k": np.arange(40_000) % 101, "v": np.ones(40_000)})
+    for _ in range(2):  # two runs, each in its own folder
+        ddf = dd.from_pandas(pdf, npartitions=6).shuffle("k", shuffle_method="p2p")
+        assert ddf["v"].sum().compute() == 40_000
+    settle(client)
+    stores = [
+        p
+        for tier in (tiered_cluster.ssd_dir, tiered_cluster.hdd_dir)
+        for p in tier.glob("store-*")
+        if p.is_dir()
+    ]
+    assert len(stores) == 4, "both workers' stores live on both tiers"
+
+    def shuffle_folders() -> list[Path]:
+        return [p for store in stores for p in store.glob("shuffle-*")]
+
+    deadline = time.monotonic() + 10  # the folder goes right after the run's last file
+    while shuffle_folders() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert shuffle_folders() == []
+    assert all(store.is_dir() for store in stores), "the workers' stores are still there"

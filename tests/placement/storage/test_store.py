@@ -552,6 +552,82 @@ def test_shuffle_buffer_close_deletes_every_file_even_if_one_fails(
         [file_ids["shuffle-1-1/1"], file_ids["shuffle-1-1/2"]]
     ), "the files after the one that failed are still deleted and logged"
     assert [h.name for h in store.live_files()] == ["shuffle-1-1/0"]
+    assert (store.roots[Tier.HDD] / "shuffle-1-1").is_dir(), "the folder of a file left stays"
+
+
+def test_a_folder_goes_on_both_tiers_once_no_live_file_lies_in_it(
+    store: TieredFileStore, sink: ListSink
+) -> None:
+    ssd_file = store.create("run-1/a", request(), tier=Tier.SSD)
+    hdd_file = store.create("run-1/b", request(), tier=Tier.HDD)
+    store.write(ssd_file, b"a")
+    store.append(hdd_file, b"b")
+    folders = [store.roots[Tier.SSD] / "run-1", store.roots[Tier.HDD] / "run-1"]
+    assert store.remove_folder("run-1") == 0 and all(f.is_dir() for f in folders)
+    store.delete(ssd_file)
+    store.delete(hdd_file)
+    # a file created in the folder but not yet written (its folder not made yet, or empty)
+    # keeps the folder: its write must not find the folder gone beneath it
+    late = store.create("run-1/c", request(), tier=Tier.SSD)
+    assert store.remove_folder("run-1") == 0 and all(f.is_dir() for f in folders)
+    store.delete(late)
+    assert store.remove_folder("run-1") == 2
+    assert not any(f.exists() for f in folders) and files_under(store.roots[Tier.SSD]) == []
+    again = store.create("run-1/d", request(), tier=Tier.HDD)  # a later file makes it again
+    store.write(again, b"d")
+    assert bytes(store.read(again)) == b"d"
+    store.delete(again)
+    assert store.remove_folder("run-1") == 1, "only the HDD folder was there"
+    assert store.remove_folder("never-made") == 0
+    with pytest.raises(UnsafePathError):
+        store.remove_folder("../elsewhere")
+    assert len(sink.rows) == 4
+
+
+def test_shuffle_buffer_close_removes_the_runs_folder_on_both_tiers(
+    tmp_path: Path, sink: ListSink
+) -> None:
+    import asyncio
+
+    from distributed.shuffle._limiter import ResourceLimiter
+
+    from placement.storage.shuffle import TieredDiskShardsBuffer
+
+    class Alternate:
+        """SSD, HDD, SSD, ...: the run's files on both tiers."""
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        def choose(self, request: FileRequest) -> Tier:
+            self.n += 1
+            return Tier.SSD if self.n % 2 else Tier.HDD
+
+    store = TieredFileStore(
+        ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink, chooser=Alternate()
+    )
+
+    async def run() -> None:
+        buf = TieredDiskShardsBuffer(
+            tmp_path / "dask" / "shuffle-1-1",
+            lambda path: (None, 0),
+            ResourceLimiter(None),
+            store=store,
+            builder=RequestBuilder(),
+        )
+        for part in "0123":
+            buf._write_frames([b"shard"], part)
+        assert {h.tier for h in buf.files} == {Tier.SSD, Tier.HDD}
+        await buf.close()
+
+    (tmp_path / "dask").mkdir()
+    try:
+        asyncio.run(run())
+        assert len(sink.rows) == 4 and store.live_files() == []
+        left = [p for root in store.roots.values() for p in root.iterdir()]
+        assert left == [], "no empty shuffle folder waits for the store to close"
+    finally:
+        store.close()
 
 
 # ---------------------------------------------------------------------- unsafe names
