@@ -70,7 +70,7 @@ On failure
 * Disk full or I/O error while filling: filling stops (the filler logs it),
   serving goes on, one ``CacheWarning`` per loader.
 * A read of the cache fails, or another process rebuilds or clears the cache
-  during the pass (the store turns :attr:`cache.store.StoreState.STALE`): the rest
+  during the pass (the store turns :attr:`cache.StoreState.STALE`): the rest
   of the pass is produced fresh by one producer, a ``CacheWarning`` is issued and
   the loader stops using the cache.
 * A damaged cache (:class:`cache.DamagedCacheError`: ``data.mdb`` truncated, empty
@@ -113,6 +113,7 @@ from cache import StaleCacheError as _CacheStaleError
 from cache.meta import flat_mapping
 from dataplane.background import BackgroundProducer
 from dataplane.errors import CacheWarning, StaleCacheError, warn_user
+from dataplane.fingerprint import DatasetSummary, fingerprint_and_summary
 from dataplane.producer import (
     BatchProducer,
     BatchRequest,
@@ -122,7 +123,6 @@ from dataplane.producer import (
     SkippedSample,
     following_indices,
 )
-from dataplane.sources import DatasetSummary, fingerprint_and_summary
 from dataplane.stats import CacheStats
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ def dataset_description(fingerprint: str, summary: DatasetSummary) -> InputDescr
     fingerprint : str
         The dataset's fingerprint (its digest).
     summary : DatasetSummary
-        From :func:`~dataplane.sources.fingerprint_and_summary`.
+        From :func:`~dataplane.fingerprint.fingerprint_and_summary`.
 
     Returns
     -------

@@ -18,6 +18,10 @@ Implementations
 
 :func:`open_source` picks one from a path.
 
+Each source fingerprints its dataset (:meth:`Source.fingerprint`, a hash of its files
+by :func:`~dataplane.fingerprint.files_identity`); :mod:`dataplane.fingerprint` holds
+the fingerprint and the summary in words of any source.
+
 A folder is one split of a dataset (``data/fmnist/train``), never a dataset's
 root: a folder whose sub-folders are all split names (:data:`SPLIT_NAMES`)
 holding classes or Parquet files, or one holding the manifest ``dataplane
@@ -29,7 +33,6 @@ its splits' rows would be merged.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -37,7 +40,6 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-import xxhash
 
 from dataplane.errors import (
     ConfigError,
@@ -46,6 +48,7 @@ from dataplane.errors import (
     EmptyClassWarning,
     warn_user,
 )
+from dataplane.fingerprint import DatasetSummary, files_identity
 
 #: File extensions treated as images by :class:`ImageFolderSource` (lower case).
 IMAGE_EXTENSIONS = frozenset(
@@ -91,138 +94,6 @@ class Source(Protocol):
     def fingerprint(self) -> str:
         """Stable hash of the dataset's identity (paths, sizes, mtimes, labels)."""
         ...
-
-
-@dataclasses.dataclass(frozen=True)
-class FilesSummary:
-    """Totals over a dataset's files, taken in the pass that fingerprints them.
-
-    Attributes
-    ----------
-    count : int
-        Number of files.
-    total_bytes : int
-        Sum of their sizes, in bytes.
-    newest_mtime_ns : int
-        Latest modification time among them, in nanoseconds since the Unix epoch
-        (0 when there are no files).
-    """
-
-    count: int
-    total_bytes: int
-    newest_mtime_ns: int
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetSummary:
-    """A source in words: what a message says about the dataset a cache was built for.
-
-    Attributes
-    ----------
-    kind : str
-        ``"image folder"``, ``"file list"``, ``"Parquet"``, or the class name of
-        another source.
-    location : str
-        Its folder or file; for a file list, the folder holding all its files
-        (empty when unknown).
-    num_classes : int
-        Number of classes.
-    covers : str
-        What its fingerprint covers, in words.
-    files : FilesSummary or None
-        Totals over its files (None for a source that does not give them).
-    """
-
-    kind: str
-    location: str
-    num_classes: int
-    covers: str
-    files: FilesSummary | None = None
-
-
-def files_identity(
-    paths: Iterable[str | os.PathLike[str]], extra: object = None
-) -> tuple[str, FilesSummary]:
-    """:func:`files_fingerprint` and totals over the files, in one ``stat`` per file.
-
-    Parameters
-    ----------
-    paths : iterable of path
-        Files, in a meaningful order (the hash depends on it).
-    extra : object, optional
-        JSON-serialisable data hashed along (e.g. labels, column names).
-
-    Returns
-    -------
-    tuple of (str, FilesSummary)
-        The fingerprint (32 hex digits) and the files' count, total size and
-        newest modification time. A missing file (a file list read with
-        ``on_corrupt="skip"``) is hashed as missing by its path and left out of
-        the totals.
-    """
-    h = xxhash.xxh3_128()
-    count = total = newest = 0
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:  # hashed as missing: its coming back changes the hash
-            h.update(f"{os.fspath(path)}\0missing\n".encode())
-            continue
-        h.update(f"{os.fspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-        count += 1
-        total += st.st_size
-        newest = max(newest, st.st_mtime_ns)
-    if extra is not None:
-        h.update(json.dumps(extra, sort_keys=True, default=str).encode())
-    return h.hexdigest(), FilesSummary(count, total, newest)
-
-
-def files_fingerprint(paths: Iterable[str | os.PathLike[str]], extra: object = None) -> str:
-    """Hash of files' paths, sizes and modification times (plus ``extra``).
-
-    Parameters
-    ----------
-    paths : iterable of path
-        Files, in a meaningful order (the hash depends on it).
-    extra : object, optional
-        JSON-serialisable data hashed along (e.g. labels, column names).
-
-    Returns
-    -------
-    str
-        32 hex digits (xxh3-128). Changes when a file is added, removed,
-        renamed, resized or touched.
-    """
-    return files_identity(paths, extra)[0]
-
-
-def dataset_fingerprint(source: Source) -> str:
-    """The fingerprint of ``source`` (see :meth:`Source.fingerprint`)."""
-    return source.fingerprint()
-
-
-def fingerprint_and_summary(source: Source) -> tuple[str, DatasetSummary]:
-    """The fingerprint of ``source`` and a summary of it in words.
-
-    The built-in sources give both from one pass over their files (their
-    ``fingerprint_and_summary`` method); another source gives its
-    :meth:`~Source.fingerprint`, and its summary is its class name, with no
-    location or file totals.
-
-    Returns
-    -------
-    tuple of (str, DatasetSummary)
-    """
-    both = getattr(source, "fingerprint_and_summary", None)
-    if callable(both):
-        fingerprint, summary = both()
-        return str(fingerprint), summary
-    return source.fingerprint(), DatasetSummary(
-        kind=type(source).__name__,
-        location="",
-        num_classes=int(source.num_classes),
-        covers=f"what {type(source).__name__}.fingerprint() hashes",
-    )
 
 
 def _check_labels(labels: np.ndarray, num_classes: int | None, where: str) -> int:
@@ -349,9 +220,7 @@ def check_not_dataset_root(root: str | os.PathLike[str], *, parquet: bool = Fals
         instead, e.g. ``data/fmnist/train``.
     """
     root = Path(root)
-    subfolders = sorted(
-        p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
-    )
+    subfolders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     splits = tuple(p.name for p in subfolders if p.name.lower() in SPLIT_NAMES)
     manifest = (root / INGEST_MANIFEST).is_file()
     if not manifest:

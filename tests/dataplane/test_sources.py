@@ -14,14 +14,13 @@ import xxhash
 
 from dataplane import errors
 from dataplane.errors import DatasetError
+from dataplane.fingerprint import dataset_fingerprint, fingerprint_and_summary
 from dataplane.sources import (
     EmptyClassWarning,
     FileListSource,
     ImageFolderSource,
     ParquetSource,
     Source,
-    dataset_fingerprint,
-    fingerprint_and_summary,
     open_source,
 )
 
