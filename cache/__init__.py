@@ -22,8 +22,9 @@ from cache.errors import (
     UnreadableMetaError,
 )
 from cache.fill import CacheFiller, FillStats
+from cache.info import CacheInfo, StoreState, StoreStats, VariantsChange
 from cache.meta import SCHEMA_VERSION, CacheIdentity, CacheMeta, InputDescription
-from cache.store import CacheInfo, CacheStore, StoreState, StoreStats, VariantsChange
+from cache.store import CacheStore
 from cache.verify import VerifyReport, verify
 
 __all__ = [

@@ -44,8 +44,8 @@ class UnreadableMetaError(CacheError):
 
 class DamagedCacheError(CacheError):
     """The cache's ``data.mdb`` is damaged: truncated, not a valid or complete LMDB file,
-    or holding a damaged page (LMDB's ``MDB_CORRUPTED``, ``MDB_PAGE_NOTFOUND``,
-    ``MDB_INVALID``).
+    holding a damaged page (LMDB's ``MDB_CORRUPTED``, ``MDB_PAGE_NOTFOUND``,
+    ``MDB_INVALID``), or holding a key that is not a record key (of the wrong length).
 
     Its records cannot be trusted, and dropping records (``dataplane cache verify
     --repair``) cannot mend it. ``CacheConfig(path, rebuild=True)`` (``dataplane cache

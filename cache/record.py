@@ -32,6 +32,7 @@ written under the wrong key fails its checksum too.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
@@ -90,11 +91,37 @@ def _view(value: Buffer) -> memoryview:
 
 
 def unpack_key(key: Buffer) -> tuple[int, int]:
-    """``(index, variant)`` of an 8-byte key."""
+    """``(index, variant)`` of an 8-byte key.
+
+    Raises
+    ------
+    CacheConfigError
+        If ``key`` is not :data:`KEY_SIZE` bytes long. (A key read from a cache's
+        records is checked first, with :func:`malformed_key`: one of another length is
+        damage, a :class:`~cache.errors.DamagedCacheError`.)
+    """
     if len(_view(key)) != KEY_SIZE:
-        raise ValueError(f"a record key has {KEY_SIZE} bytes, not {len(_view(key))}")
+        raise CacheConfigError(f"a record key has {KEY_SIZE} bytes, not {len(_view(key))}")
     value = int.from_bytes(key, "big")
     return value & MAX_INDEX, value >> 48
+
+
+def malformed_key(keys: Sequence[Buffer]) -> str | None:
+    """Why one of ``keys``, read from a cache's records, is not a record key; None when
+    every one is.
+
+    Every key this package writes has :data:`KEY_SIZE` bytes, so a key of another
+    length in a cache is damage: the readers of keys (:meth:`CacheStore.counts
+    <cache.store.CacheStore.counts>`, :meth:`~cache.store.CacheStore.completed`,
+    :func:`cache.verify`) raise :class:`~cache.errors.DamagedCacheError` with this
+    reason (:func:`cache.env.damaged`), e.g. ``"a record key of 7 bytes, not 8:
+    00000000000001"`` (its first 16 bytes in hex). One C-level pass over the lengths
+    when every key is whole.
+    """
+    if set(map(len, keys)) <= {KEY_SIZE}:
+        return None
+    key = next(k for k in keys if len(k) != KEY_SIZE)
+    return f"a record key of {len(key)} bytes, not {KEY_SIZE}: {bytes(key[:16]).hex()}"
 
 
 def variant_range(variant: int) -> tuple[bytes, bytes]:

@@ -1,8 +1,10 @@
 """``CacheStore``: augmented samples in a real LMDB environment.
 
-This module is the cache of samples: its records, metadata, states and stats. The
-LMDB environment under it (one per directory and process, fork, map size, write
-transactions) is :mod:`cache.env`.
+This module is the cache of samples: reading, writing and counting its records and
+keeping its metadata current. What it reports (states, stats, info) is
+:mod:`cache.info`; how much of ``max_bytes`` it uses, :mod:`cache.room`; clearing a
+cache whole, :mod:`cache.maintenance`. The LMDB environment under it (one per directory
+and process, fork, map size, write transactions) is :mod:`cache.env`.
 
 Layout
 ------
@@ -51,9 +53,9 @@ On failure
   and deleted by this process's next write so that the refill can take its place.
 * ``max_bytes`` reached: a write that does not fit is cut to the records that do
   (in order: the longest prefixes, halved after each refusal), and once one more
-  record would not fit (:func:`has_room`, the one definition of a full cache) the
-  store's state becomes :attr:`StoreState.FULL` and it stops admitting; serving
-  goes on. ``MapFullError`` never reaches the caller. So a cache is full, for the
+  record would not fit (:func:`~cache.room.has_room`, the one definition of a full
+  cache) the store's state becomes :attr:`StoreState.FULL` and it stops admitting;
+  serving goes on. ``MapFullError`` never reaches the caller. So a cache is full, for the
   writers and for :meth:`CacheStore.info` alike, whatever the size of the batches
   that filled it.
 * Disk full, I/O error or an unwritable directory while writing: the batch is
@@ -64,17 +66,20 @@ On failure
   (nearly) no space left the message says it is full, naming the free bytes
   (:func:`cache.env.disk_full`).
 * A damaged ``data.mdb``: truncated (shorter than the pages LMDB's header counts),
-  empty, not a valid LMDB file, or a page LMDB finds damaged (``MDB_CORRUPTED``,
-  ``MDB_PAGE_NOTFOUND``): :class:`~cache.errors.DamagedCacheError`, naming the file
-  and the fix, from the open (before any page is read: a read past the end of a
-  truncated file would kill the process with ``SIGBUS``) or from the read or write
-  that met the damage (a write also makes the state ``FAILED``). Nothing is changed.
+  empty, not a valid LMDB file, a page LMDB finds damaged (``MDB_CORRUPTED``,
+  ``MDB_PAGE_NOTFOUND``), or a key in the records that is not a record key (of another
+  length than 8 bytes, met where keys are read: :meth:`CacheStore.counts`,
+  :meth:`CacheStore.info`, :meth:`CacheStore.completed`, :func:`cache.verify`):
+  :class:`~cache.errors.DamagedCacheError`, naming the file and the fix, from the open
+  (before any page is read: a read past the end of a truncated file would kill the
+  process with ``SIGBUS``) or from the read or write that met the damage (a write also
+  makes the state ``FAILED``). Nothing is changed.
   ``rebuild=True`` clears the records as any rebuild does; when the file cannot be
   opened or its records cannot be cleared, it deletes ``data.mdb`` and ``lock.mdb``
   (nothing else) and creates the cache anew (so does ``dataplane cache clear``,
-  through :func:`remove_damaged`). A file cut short while this process has it open
-  is not detected, and kills it at its next read of a page beyond the new end (see
-  :mod:`cache.env`, *Damaged files*).
+  through :func:`~cache.maintenance.remove_damaged`). A file cut short while this
+  process has it open is not detected, and kills it at its next read of a page beyond
+  the new end (see :mod:`cache.env`, *Damaged files*).
 * An existing cache in a directory this process may not write is opened
   read-only (state :attr:`StoreState.READ_ONLY`, without LMDB's lock file, so it
   must not be written by anyone meanwhile); a new cache in such a place raises
@@ -100,25 +105,24 @@ On failure
 Size
 ----
 ``max_bytes`` bounds the pages holding records and metadata, plus
-:data:`BOOKKEEPING_PAGES` pages for LMDB's own trees: a write that would go
-beyond it is not committed. The cache is full (state ``FULL``) when the pages one
-more record may add (its overflow pages plus a split at every level of the
-records' tree, :attr:`CacheInfo.next_record_bytes`) would go beyond it. The LMDB
-map, the hard bound of ``data.mdb``, is larger by :func:`cache.env.map_headroom`
-(64 pages plus 1/512 of ``max_bytes``). LMDB reuses a freed page only once a later
-transaction has committed, and it needs fresh pages to record what a transaction
-frees (1/512 of the freed bytes); the headroom lets a full cache be cleared, rebuilt or
-repaired and filled again. After every transaction that frees pages (clear,
-rebuild, dropped records) the store commits one small transaction so that
-the next fill reuses them; a write that finds the map full frees the slots of
-dead readers, commits such a transaction and is tried once more before the
-store declares itself ``FULL``.
+:data:`~cache.room.BOOKKEEPING_PAGES` pages for LMDB's own trees: a write that would
+go beyond it is not committed. The cache is full (state ``FULL``) when the pages one
+more record may add (its overflow pages plus a split at every level of the records'
+tree, :attr:`CacheInfo.next_record_bytes`) would go beyond it (the accounting:
+:mod:`cache.room`). The LMDB map, the hard bound of ``data.mdb``, is larger by
+:func:`cache.env.map_headroom` (64 pages plus 1/512 of ``max_bytes``). LMDB reuses a
+freed page only once a later transaction has committed, and it needs fresh pages to
+record what a transaction frees (1/512 of the freed bytes); the headroom lets a full
+cache be cleared, rebuilt or repaired and filled again. After every transaction that
+frees pages (clear, rebuild, dropped records) the store commits one small transaction
+so that the next fill reuses them; a write that finds the map full frees the slots of
+dead readers, commits such a transaction and is tried once more before the store
+declares itself ``FULL``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import errno
 import itertools
 import logging
@@ -149,22 +153,32 @@ from cache.env import (
     write_txn,
 )
 from cache.errors import CacheError, CorruptRecordError, DamagedCacheError, UnreadableMetaError
+from cache.info import CacheInfo, StoreState, StoreStats, VariantsChange
+from cache.maintenance import drop_all
 from cache.meta import META_KEY, CacheIdentity, CacheMeta
 from cache.record import (
     CHECKSUM_SIZE,
     HEADER_SIZE,
     HEADER_VERSION_END,
-    KEY_SIZE,
     MAX_INDEX,
     MAX_VARIANT,
     RECORD_OVERHEAD,
     check_record,
     encode_records,
     header_prefix,
+    malformed_key,
     pack_key,
     pack_keys,
     record_label,
     unpack_key,
+)
+from cache.room import (
+    BOOKKEEPING_PAGES,
+    data_limit,
+    has_room,
+    next_record_bytes,
+    record_bytes,
+    used_bytes,
 )
 
 logger = logging.getLogger(__name__)
@@ -174,255 +188,13 @@ STAGED_MAX_PAYLOAD = 16 << 10
 
 _HEADER_PREFIX = header_prefix()
 
-#: Pages of ``max_bytes`` kept for LMDB's bookkeeping (its meta pages, the main and
-#: free-page trees and the copies a transaction makes): data stops this far short.
-BOOKKEEPING_PAGES = 16
-
-
-def has_room(used_bytes: int, next_record_bytes: int, limit_bytes: int) -> bool:
-    """Whether one more record fits: the one definition of a full cache.
-
-    Used by the writes of :class:`CacheStore` (which stop admitting once it is
-    False) and by :attr:`CacheInfo.full` (``dataplane cache info``), so that both
-    call the same cache full.
-
-    Parameters
-    ----------
-    used_bytes : int
-        Bytes of the pages holding records and metadata, in bytes.
-    next_record_bytes : int
-        The most bytes one more record may add, in bytes
-        (:attr:`CacheInfo.next_record_bytes`).
-    limit_bytes : int
-        What records and metadata may fill: ``max_bytes`` less the bookkeeping
-        pages, in bytes.
-    """
-    return used_bytes + next_record_bytes <= limit_bytes
-
 
 class _OverMaxBytes(lmdb.MapFullError):
     """A write would take the cache beyond ``max_bytes`` (raised before its commit)."""
 
 
-def _node_max(psize: int) -> int:
-    """Largest node (8-byte header, key and value) LMDB keeps in a leaf page of ``psize``
-    bytes; a larger value goes to overflow pages."""
-    return (((psize - 16) // 2) & ~1) - 2
-
-
 class _Rebuilt(Exception):
     """The cache's metadata is no longer the one this store opened."""
-
-
-class StoreState(str, enum.Enum):
-    """Whether a store admits new records (it always serves what it holds)."""
-
-    ADMITTING = "admitting"
-    FULL = "full"
-    FAILED = "failed"
-    READ_ONLY = "read-only"
-    #: Another process rebuilt the cache: this store neither serves nor admits.
-    STALE = "stale"
-
-
-@dataclasses.dataclass
-class StoreStats:
-    """Counters of one store object in one process.
-
-    Attributes
-    ----------
-    hits, misses : int
-        Samples found / not found by :meth:`CacheStore.get_batch`.
-    corrupt : int
-        Records that failed their check when read (reported as misses).
-    written : int
-        Records written by this store.
-    dropped : int
-        Corrupt records deleted by this store.
-    """
-
-    hits: int = 0
-    misses: int = 0
-    corrupt: int = 0
-    written: int = 0
-    dropped: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class CacheInfo:
-    """What :meth:`CacheStore.info` reports.
-
-    Attributes
-    ----------
-    path : str
-        Cache directory.
-    meta : CacheMeta
-        The stored metadata.
-    state : StoreState
-        This store's state.
-    counts : dict of int to int
-        Complete records per variant in use (``0 .. variants - 1``).
-    records : int
-        Records of the variants in use (what ``expected_records`` counts).
-    file_bytes : int
-        Size of ``data.mdb`` on disk, in bytes.
-    used_bytes : int
-        Bytes of the pages holding records and metadata (what ``max_bytes``
-        bounds); ``data.mdb`` also holds free pages, reused by the next fill.
-    max_bytes : int
-        The size bound in force, in bytes (see the module docs, *Size*, and
-        :attr:`CacheStore.max_bytes`).
-    record_bytes : int
-        Bytes one record occupies in LMDB (payload, header, checksum, page
-        overhead).
-    map_bytes : int
-        LMDB's map size in this process: the hard bound of ``data.mdb``, in bytes
-        (``max_bytes`` plus :func:`~cache.env.map_headroom`, or what another process set).
-    bookkeeping_bytes : int
-        The part of ``max_bytes`` kept for LMDB's bookkeeping
-        (:data:`BOOKKEEPING_PAGES` pages), in bytes: records and metadata fill
-        at most ``max_bytes - bookkeeping_bytes``.
-    next_record_bytes : int
-        The most bytes one more record may add to ``used_bytes``: its overflow
-        pages and one new page per level of the records' tree plus a new root (a
-        split at every level), in bytes. The cache is full when they do not fit
-        (:func:`has_room`).
-    unused : dict of int to int
-        Records outside the metadata per variant (variants ``>= variants`` left
-        from a configuration with more variants): kept, never served, counted in
-        ``used_bytes``; ``dataplane cache verify --repair`` deletes them.
-    """
-
-    path: str
-    meta: CacheMeta
-    state: StoreState
-    counts: dict[int, int]
-    records: int
-    file_bytes: int
-    used_bytes: int
-    max_bytes: int
-    record_bytes: int
-    map_bytes: int = 0
-    bookkeeping_bytes: int = 0
-    unused: dict[int, int] = dataclasses.field(default_factory=dict)
-    next_record_bytes: int = 0
-
-    @property
-    def unused_records(self) -> int:
-        """Records outside the metadata (see ``unused``)."""
-        return sum(self.unused.values())
-
-    @property
-    def bytes_per_sample(self) -> float:
-        """Used bytes per record stored, unused ones included (0 when empty)."""
-        stored = self.records + self.unused_records
-        return self.used_bytes / stored if stored else 0.0
-
-    @property
-    def full(self) -> bool:
-        """True when one more record would not fit in ``max_bytes`` (:func:`has_room`,
-        as the writers decide), or the store stopped admitting for lack of room."""
-        return self.state is StoreState.FULL or not has_room(
-            self.used_bytes, self.next_record_bytes, self.max_bytes - self.bookkeeping_bytes
-        )
-
-    @property
-    def expected_records(self) -> int:
-        """Records of a complete cache: samples times variants."""
-        return self.meta.identity.num_samples * self.meta.variants
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain data (for JSON)."""
-        ident = self.meta.identity
-        return {
-            "path": self.path,
-            "schema_version": self.meta.schema_version,
-            "recipe_fingerprint": ident.recipe_fingerprint,
-            "dataset_fingerprint": ident.dataset_fingerprint,
-            "recipe_description": (
-                ident.recipe_description.to_doc() if ident.recipe_description is not None else None
-            ),
-            "dataset_description": (
-                ident.dataset_description.to_doc()
-                if ident.dataset_description is not None
-                else None
-            ),
-            "sample_shape": list(ident.sample_shape),
-            "dtype": self.meta.dtype,
-            "layout": self.meta.layout,
-            "num_samples": ident.num_samples,
-            "variants": self.meta.variants,
-            "created": self.meta.created,
-            "state": self.state.value,
-            "counts": {str(k): v for k, v in sorted(self.counts.items())},
-            "records": self.records,
-            "expected_records": self.expected_records,
-            "unused_counts": {str(k): v for k, v in sorted(self.unused.items())},
-            "unused_records": self.unused_records,
-            "file_bytes": self.file_bytes,
-            "used_bytes": self.used_bytes,
-            "max_bytes": self.max_bytes,
-            "record_bytes": self.record_bytes,
-            "map_bytes": self.map_bytes,
-            "bookkeeping_bytes": self.bookkeeping_bytes,
-            "next_record_bytes": self.next_record_bytes,
-            "bytes_per_sample": self.bytes_per_sample,
-            "full": self.full,
-        }
-
-
-def _variant_span(first: int, last: int) -> str:
-    return f"variant {first}" if first == last else f"variants {first}..{last}"
-
-
-@dataclasses.dataclass(frozen=True)
-class VariantsChange:
-    """A store opened a cache with another number of variants than its metadata had,
-    and rewrote the metadata (see :attr:`CacheStore.variants_change`).
-
-    Attributes
-    ----------
-    path : str
-        The cache directory.
-    old : int
-        Variants in the metadata before.
-    new : int
-        Variants now (this store's ``CacheConfig.variants``).
-    unused : int
-        Records of variants ``new .. old - 1``, kept but never served at ``new``
-        variants (0 when the count grew).
-    """
-
-    path: str
-    old: int
-    new: int
-    unused: int
-
-    @property
-    def message(self) -> str:
-        """What changed and, when records are left unused, how to use or delete them."""
-        if self.new > self.old:
-            return (
-                f"the cache at {self.path} now keeps variants={self.new} instead of "
-                f"{self.old}: {_variant_span(self.old, self.new - 1)} are served from the "
-                "records it holds and filled where missing"
-            )
-        head = (
-            f"the cache at {self.path} was built with variants={self.old} and now keeps "
-            f"variants={self.new}"
-        )
-        if not self.unused:
-            return f"{head}; it holds no records of {_variant_span(self.new, self.old - 1)}"
-        return (
-            f"{head}: its {self.unused} records of {_variant_span(self.new, self.old - 1)} are "
-            f"kept but unused (never served, still counted against max_bytes) until "
-            f"`dataplane cache verify --repair {self.path}` deletes them; variants={self.old} "
-            "would serve them again"
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain data (for JSON)."""
-        return {"from": self.old, "to": self.new, "unused_records": self.unused}
 
 
 BatchTuple = tuple[np.ndarray, int, np.ndarray, np.ndarray]
@@ -647,8 +419,8 @@ class CacheStore:
         return acquire(self.path, self.config, create=True)
 
     def _find_full(self) -> None:
-        """An admitting store whose cache is full already (:func:`has_room`) is ``FULL``
-        from the start: no batch is encoded or queued for it."""
+        """An admitting store whose cache is full already (:func:`~cache.room.has_room`) is
+        ``FULL`` from the start: no batch is encoded or queued for it."""
         shared = self._env()
         if self._state is StoreState.ADMITTING:
             try:
@@ -745,9 +517,7 @@ class CacheStore:
         if previous is not None and previous != new.variants:
             try:
                 unused = (
-                    self._count_from_variant(shared, new.variants)
-                    if previous > new.variants
-                    else 0
+                    self._count_from_variant(shared, new.variants) if previous > new.variants else 0
                 )
             except lmdb.Error as exc:
                 raise lmdb_failure(self.config.path, exc, "reading") from exc
@@ -1113,7 +883,7 @@ class CacheStore:
         Records that would take the cache beyond ``max_bytes`` are cut: the longest
         prefixes that fit are written, one transaction each (the chunk is halved after
         each refusal), so the cache fills record by record up to where one more
-        record would not fit (:func:`has_room`); then the store is ``FULL``.
+        record would not fit (:func:`~cache.room.has_room`); then the store is ``FULL``.
         """
         shared = self._env()
         if self._state is not StoreState.ADMITTING:
@@ -1158,7 +928,8 @@ class CacheStore:
             hint = (
                 "free disk space"
                 if full is not None
-                or isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+                or isinstance(exc, OSError)
+                and exc.errno == errno.ENOSPC
                 or "space" in str(exc)
                 else "check the disk and permissions"
             )
@@ -1269,7 +1040,7 @@ class CacheStore:
     ) -> tuple[int, int, bool]:
         """One write transaction: check that the cache was not rebuilt meanwhile, drop the
         pending corrupt keys, put ``items`` (never overwriting; nothing when the cache is
-        full, :func:`has_room`), and commit unless that takes the cache beyond
+        full, :func:`~cache.room.has_room`), and commit unless that takes the cache beyond
         ``max_bytes``. Returns ``(written, dropped, room)``: ``room`` is whether one more
         record fits after the commit."""
         size = self._payload_size()
@@ -1288,7 +1059,7 @@ class CacheStore:
                 _, written = txn.cursor().putmulti(
                     sorted(items, key=operator.itemgetter(0)), overwrite=False
                 )
-                if written and self._used_bytes(txn, shared) > self._data_limit(shared):
+                if written and used_bytes(txn, shared) > self._data_limit(shared):
                     raise _OverMaxBytes(
                         f"the write would exceed max_bytes={self._max_bytes(shared)}"
                     )
@@ -1297,18 +1068,10 @@ class CacheStore:
             settle(shared)
         return int(written), dropped, room
 
-    @staticmethod
-    def _used_bytes(txn: lmdb.Transaction, shared: SharedEnv) -> int:
-        """Bytes of the pages holding records and metadata as ``txn`` sees them (O(1))."""
-        pages = 3  # LMDB's two meta pages and the main database's root
-        for db in (shared.records, shared.meta):
-            stat = txn.stat(db)
-            pages += stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
-        return pages * shared.psize
-
     def _data_limit(self, shared: SharedEnv) -> int:
-        """What records and metadata may fill: :attr:`max_bytes` less the bookkeeping pages."""
-        return self._max_bytes(shared) - BOOKKEEPING_PAGES * shared.psize
+        """What records and metadata may fill: :attr:`max_bytes` less the bookkeeping pages
+        (:func:`~cache.room.data_limit`)."""
+        return data_limit(self._max_bytes(shared), shared.psize)
 
     def _max_bytes(self, shared: SharedEnv) -> int:
         bound = self.config.max_bytes
@@ -1327,21 +1090,12 @@ class CacheStore:
         """
         return self._max_bytes(self._env())
 
-    def _next_record_bytes(self, txn: lmdb.Transaction, shared: SharedEnv) -> int:
-        """The most bytes one more record may add to :meth:`_used_bytes` (see
-        :attr:`CacheInfo.next_record_bytes`): its overflow pages (none when it fits in a
-        leaf page), and a split at every level of the records' tree plus a new root."""
-        psize = shared.psize
-        value = self._payload_size() + RECORD_OVERHEAD
-        own = 0 if 8 + KEY_SIZE + value <= _node_max(psize) else -(-(value + 16) // psize)
-        depth = int(txn.stat(shared.records)["depth"])
-        return (own + depth + 1) * psize
-
     def _has_room(self, txn: lmdb.Transaction, shared: SharedEnv) -> bool:
-        """Whether one more record fits, as ``txn`` sees the cache (:func:`has_room`)."""
+        """Whether one more record fits, as ``txn`` sees the cache
+        (:func:`~cache.room.has_room`)."""
         return has_room(
-            self._used_bytes(txn, shared),
-            self._next_record_bytes(txn, shared),
+            used_bytes(txn, shared),
+            next_record_bytes(txn, shared, self.record_size),
             self._data_limit(shared),
         )
 
@@ -1394,7 +1148,7 @@ class CacheStore:
         """
         shared = self._env()
         self._known_complete.clear()
-        count = _drop_all(shared, self.path, metadata=False)
+        count = drop_all(shared, self.path, metadata=False)
         if self._state is StoreState.FULL:
             self._state = StoreState.ADMITTING
         return count
@@ -1418,7 +1172,8 @@ class CacheStore:
         return self._scan_counts()[1]
 
     def _scan_counts(self, chunk: int = 1 << 16) -> tuple[dict[int, int], dict[int, int]]:
-        """``(counts, unused_counts)`` from one key-only scan."""
+        """``(counts, unused_counts)`` from one key-only scan; a key that is not a record
+        key raises :class:`DamagedCacheError` (:meth:`_check_keys`)."""
         variants = self.config.variants
         num_samples = self.identity.num_samples
         used = np.zeros(variants, dtype=np.int64)
@@ -1426,21 +1181,22 @@ class CacheStore:
         with self._read() as txn:
             keys = txn.cursor().iternext(keys=True, values=False)
             while batch := list(itertools.islice(keys, chunk)):
-                raw = b"".join(batch)
-                if len(raw) == KEY_SIZE * len(batch):
-                    ints = np.frombuffer(raw, dtype=">u8").astype(np.uint64)
-                    variant = (ints >> np.uint64(48)).astype(np.int64)
-                    index = (ints & np.uint64(MAX_INDEX)).astype(np.int64)
-                else:  # a malformed key: its variant is its first two bytes
-                    variant = np.array([int.from_bytes(k[:2], "big") for k in batch])
-                    index = np.array(
-                        [int.from_bytes(k[2:], "big") if len(k) == KEY_SIZE else 0 for k in batch]
-                    )
+                self._check_keys(batch)
+                ints = np.frombuffer(b"".join(batch), dtype=">u8").astype(np.uint64)
+                variant = (ints >> np.uint64(48)).astype(np.int64)
+                index = (ints & np.uint64(MAX_INDEX)).astype(np.int64)
                 inside = (variant < variants) & (index < num_samples)
                 used += np.bincount(variant[inside], minlength=variants)
                 for v, n in zip(*np.unique(variant[~inside], return_counts=True), strict=True):
                     unused[int(v)] = unused.get(int(v), 0) + int(n)
         return dict(enumerate(used.tolist())), dict(sorted(unused.items()))
+
+    def _check_keys(self, keys: Sequence[Any]) -> None:
+        """Raise :class:`DamagedCacheError` if one of ``keys``, read from the records, is
+        not a record key (:func:`~cache.record.malformed_key`): the file is damaged."""
+        why = malformed_key(keys)
+        if why is not None:
+            raise damaged(self.path, why)
 
     def completed(self, variant: int) -> np.ndarray:
         """bool mask over sample indices: True where ``(index, variant)`` is cached.
@@ -1474,14 +1230,8 @@ class CacheStore:
                 # The variant's keys are one contiguous range of at most n keys: read
                 # them in C (islice), decode them at once with numpy.
                 keys = list(itertools.islice(cursor.iternext(keys=True, values=False), n))
+                self._check_keys(keys)
                 raw = b"".join(keys)
-        if len(raw) != KEY_SIZE * len(keys):  # a malformed key: decode one by one
-            for key in keys:
-                if len(key) == KEY_SIZE:
-                    i, v = unpack_key(key)
-                    if v == variant and i < n:
-                        mask[i] = True
-            return mask
         ints = np.frombuffer(raw, dtype=">u8").astype(np.uint64)
         index = (ints & np.uint64(MAX_INDEX)).astype(np.int64)
         mine = (ints >> np.uint64(48)) == variant
@@ -1528,8 +1278,8 @@ class CacheStore:
         env_info = shared.env.info()
         psize = shared.psize
         with self._read() as txn:
-            used = self._used_bytes(txn, shared)
-            next_record = self._next_record_bytes(txn, shared)
+            used = used_bytes(txn, shared)
+            next_record = next_record_bytes(txn, shared, self.record_size)
         if self._state is StoreState.ADMITTING and not has_room(
             used, next_record, self._data_limit(shared)
         ):
@@ -1539,14 +1289,6 @@ class CacheStore:
             file_bytes = (self.path / "data.mdb").stat().st_size
         except OSError:
             file_bytes = 0
-        value = self._payload_size() + RECORD_OVERHEAD
-        # LMDB stores a node (8-byte header + key + value) in the leaf page when it
-        # fits in half a page, else the value in overflow pages (16-byte header)
-        # and a node with a page number in the leaf; plus a 2-byte slot pointer.
-        if 8 + KEY_SIZE + value <= _node_max(psize):
-            record_bytes = 8 + KEY_SIZE + value + 2
-        else:
-            record_bytes = -(-(value + 16) // psize) * psize + 8 + KEY_SIZE + 8 + 2
         return CacheInfo(
             path=str(self.path),
             meta=self.meta,
@@ -1556,7 +1298,7 @@ class CacheStore:
             file_bytes=int(file_bytes),
             used_bytes=used,
             max_bytes=int(self._max_bytes(shared)),
-            record_bytes=int(record_bytes),
+            record_bytes=int(record_bytes(self.record_size, psize)),
             map_bytes=int(env_info["map_size"]),
             bookkeeping_bytes=BOOKKEEPING_PAGES * psize,
             unused=unused,
@@ -1584,68 +1326,3 @@ class CacheStore:
             f"shape={self.identity.sample_shape if hasattr(self, 'identity') else '?'}, "
             f"state={self._state.value!r})"
         )
-
-
-def reset_cache(path: str | os.PathLike[str]) -> int:
-    """Delete every record and the metadata of the cache at ``path``.
-
-    For a cache whose metadata is unreadable (:class:`~cache.errors.UnreadableMetaError`),
-    which :meth:`CacheStore.open_existing` refuses: ``dataplane cache clear`` falls back
-    to it. The next :class:`CacheStore` opened there writes new metadata.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The cache directory.
-
-    Returns
-    -------
-    int
-        Records deleted.
-
-    Raises
-    ------
-    CacheError
-        If there is no cache at ``path`` or it cannot be written.
-    """
-    where = Path(path)
-    if where.exists() and not where.is_dir():
-        raise CacheError(f"cache path {where} exists and is not a directory; check the path")
-    shared = acquire(where, None, create=False)
-    try:
-        return _drop_all(shared, where, metadata=True)
-    finally:
-        release(where, shared)
-
-
-def remove_damaged(path: str | os.PathLike[str]) -> list[str]:
-    """:func:`cache.env.remove_files` for a cache directory given as any path: delete the
-    ``data.mdb`` and ``lock.mdb`` of the damaged cache at ``path``, nothing else.
-
-    For a cache that raised :class:`~cache.errors.DamagedCacheError` and whose records
-    cannot be cleared: ``dataplane cache clear`` falls back to it, and the next
-    :class:`CacheStore` opened there creates the cache anew. Returns the names of the
-    files deleted; raises :class:`CacheError` if ``path`` is not a directory, or as
-    :func:`~cache.env.remove_files` does.
-    """
-    where = Path(path)
-    if not where.is_dir():
-        raise CacheError(f"cache path {where} is not a directory; check the path")
-    return remove_files(where)
-
-
-def _drop_all(shared: SharedEnv, where: Path, *, metadata: bool) -> int:
-    """Delete every record (and with ``metadata``, the metadata) in one transaction, then
-    :func:`settle` so the next fill reuses the pages; returns the records deleted."""
-    if shared.readonly:
-        raise CacheError(f"cannot clear: the cache at {where} is read-only")
-    try:
-        with write_txn(shared) as txn:
-            count = int(txn.stat(shared.records)["entries"])
-            txn.drop(shared.records, delete=False)
-            if metadata:
-                txn.delete(META_KEY, db=shared.meta)
-    except lmdb.Error as exc:
-        raise lmdb_failure(where, exc, "clearing") from exc
-    settle(shared)
-    return count

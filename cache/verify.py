@@ -15,9 +15,10 @@ process may still use the larger setting) and says so
 loader, a line of ``dataplane cache build``; ``dataplane cache info`` counts them
 apart): ``dataplane cache verify --repair`` is how they are dropped.
 
-A damaged file (a page LMDB cannot read, :class:`~cache.errors.DamagedCacheError`)
-stops the check: the report says so (:attr:`VerifyReport.damaged`, with the fix) and
-is not clean, and nothing is repaired, as dropping records cannot mend it.
+A damaged file (a page LMDB cannot read, or a key in the records that is not a record
+key: :class:`~cache.errors.DamagedCacheError`) stops the check: the report says so
+(:attr:`VerifyReport.damaged`, with the fix) and is not clean, and nothing is repaired,
+as dropping records cannot mend it.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from cache.errors import CacheError, CorruptRecordError, DamagedCacheError
-from cache.record import KEY_SIZE, check_record, unpack_key
+from cache.env import damaged
+from cache.errors import CorruptRecordError, DamagedCacheError
+from cache.record import check_record, malformed_key, unpack_key
 from cache.store import CacheStore
 
 
@@ -132,17 +134,15 @@ def verify(
         counts=dict.fromkeys(range(meta.variants), 0),
         expected=ident.num_samples * meta.variants,
     )
-    bad_keys: list[bytes] = []
     pending = 0
 
     def check(key: bytes, value: memoryview) -> None:
         nonlocal pending
         report.checked += 1
         pending += 1
-        if len(key) != KEY_SIZE:
-            bad_keys.append(key)
-            report.corrupt.append((-1, -1))
-            return
+        why = malformed_key([key])
+        if why is not None:  # not a key this package writes: the file is damaged
+            raise damaged(store.path, why)
         index, variant = unpack_key(key)
         try:
             check_record(value, index, variant, size)
@@ -169,10 +169,5 @@ def verify(
     if repair and report.out_of_range:
         report.dropped_unused = store.drop(report.out_of_range)
     if repair and report.corrupt:
-        pairs = [p for p in report.corrupt if p != (-1, -1)]
-        report.repaired = store.drop(pairs)
-        if bad_keys:
-            raise CacheError(
-                f"{len(bad_keys)} record(s) of {store.path} have malformed keys; clear the cache"
-            )
+        report.repaired = store.drop(report.corrupt)
     return report

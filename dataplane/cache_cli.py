@@ -29,7 +29,7 @@ from cache import (
     UnreadableMetaError,
     verify,
 )
-from cache.store import remove_damaged, reset_cache
+from cache.maintenance import remove_damaged, reset_cache
 from dataplane.loader_cli import cache_options, command_line_warnings, loader_options
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
-"""A damaged ``data.mdb`` (truncated, not an LMDB file, empty, a damaged page) and a
-creation cut short: a clear error naming the file and the fix, never a crash; a
-rebuild starts the cache anew and deletes nothing else in its directory.
+"""A damaged ``data.mdb`` (truncated, not an LMDB file, empty, a damaged page, a key of
+the wrong length) and a creation cut short: a clear error naming the file and the fix,
+never a crash; a rebuild starts the cache anew and deletes nothing else in its directory.
 
 The files are real LMDB caches, damaged by the tests as a failing disk, a full disk
 or a careless copy would. Opening a truncated file used to kill the process
@@ -58,7 +58,7 @@ _OPEN_TRUNCATED = """
 import json, sys
 import numpy as np
 from cache import CacheConfig, CacheError, CacheStore, verify
-from cache.store import reset_cache
+from cache.maintenance import reset_cache
 from tests.cache import helpers
 
 path = sys.argv[1]
@@ -142,6 +142,56 @@ def test_a_damaged_page_is_named_with_the_fix_and_a_rebuild_starts_anew(tmp_path
         assert store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx)) == idx.size
         assert verify(store).clean
         assert helpers.check_batch(store, idx, 0) == idx.size
+
+
+def _put_raw(path: Path, key: bytes, value: bytes) -> None:
+    """Write ``key: value`` into the records of the closed cache at ``path`` with LMDB
+    itself, as another program writing into the file, or a damaged node, would."""
+    import lmdb
+
+    env = lmdb.open(str(path), max_dbs=2, subdir=True)
+    try:
+        records = env.open_db(b"records", create=False)
+        with env.begin(write=True, db=records) as txn:
+            txn.put(key, value)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("fix", ["rebuild", "clear"])
+def test_a_key_of_the_wrong_length_is_damage_named_with_the_fix(tmp_path: Path, fix: str) -> None:
+    from dataplane.cache_cli import cache_group
+
+    path = _built(tmp_path / "c")
+    # 7 bytes: it sorts among variant 0's keys, just before index 256's.
+    bad = b"\0" * 6 + b"\x01"
+    _put_raw(path, bad, b"x" * 100)
+    damaged = (
+        rf"the cache at {re.escape(str(path))} is damaged \(a record key of 7 bytes, not 8: "
+        rf"{bad.hex()}\)\. {FIX}$"
+    )
+    stored = 2 * helpers.NUM_SAMPLES + 1
+    idx = np.arange(helpers.NUM_SAMPLES)
+    with CacheStore.open_existing(path) as store:
+        for read in (store.info, store.counts, lambda: store.completed(0)):
+            with pytest.raises(cache.DamagedCacheError, match=damaged) as info:
+                read()
+            assert info.value.path == str(path)
+        report = verify(store, repair=True)
+        assert report.damaged is not None and re.match(damaged, report.damaged), report.damaged
+        assert not report.clean and report.repaired == 0
+        # Nothing stored is lost: every record is kept, and the intact ones still serve.
+        assert store.count() == stored
+        assert helpers.check_batch(store, idx, 1) == idx.size
+    if fix == "clear":  # its tree is intact: its records are cleared, its files kept
+        result = CliRunner().invoke(cache_group, ["clear", "--yes", "--json", str(path)])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["deleted"] == stored
+    with CacheStore(_config(path, rebuild=fix == "rebuild"), helpers.identity()) as store:
+        assert store.count() == 0
+        assert store.put_batch(idx, 0, helpers.images(idx, 0), helpers.labels(idx)) == idx.size
+        assert verify(store).clean
+        assert store.completed(0).all()
 
 
 def _invalidate(data: Path, damage: str) -> None:

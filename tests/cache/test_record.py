@@ -108,7 +108,7 @@ def test_batch_encoding_equals_record_encoding(data, size, n, variant) -> None:
         assert rows[i].tobytes() == encode_record(int(idx[i]), variant, int(lab[i]), payloads[i])
 
 
-def test_keys_out_of_range_raise_the_packages_config_error() -> None:
+def test_keys_out_of_range_or_of_a_bad_length_raise_the_packages_config_error() -> None:
     from cache.errors import CacheConfigError, CacheError
 
     with pytest.raises(CacheError, match="sample indices must be in") as info:
@@ -116,3 +116,5 @@ def test_keys_out_of_range_raise_the_packages_config_error() -> None:
     assert isinstance(info.value, CacheConfigError) and isinstance(info.value, ValueError)
     with pytest.raises(CacheError, match="variant must be in"):
         pack_key(0, 1 << 16)
+    with pytest.raises(CacheConfigError, match="a record key has 8 bytes, not 7"):
+        unpack_key(b"\0" * 7)
