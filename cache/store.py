@@ -86,8 +86,9 @@ On failure
   :class:`CacheError` naming the path.
 * Another process rebuilt the cache (other recipe or dataset) while this store
   was open: its next read or write sees the new metadata, and the store stops
-  serving and admitting (state :attr:`StoreState.STALE`, logged once); the
-  loader produces every sample fresh. Reopen it to use the rebuilt cache.
+  serving and admitting (state :attr:`StoreState.STALE`, logged once at INFO: the
+  loader warns, a ``CacheWarning``, and a direct caller reads :attr:`CacheStore.state`);
+  the loader produces every sample fresh. Reopen it to use the rebuilt cache.
 * Another process grew the map (a larger ``max_bytes``): reads and writes adopt
   the larger map (``MDB_MAP_RESIZED`` is handled, never an error).
 * Opened with other ``variants`` (or ``max_bytes``) than its metadata records:
@@ -621,7 +622,9 @@ class CacheStore:
                 return
             self._state = StoreState.STALE
             self._known_complete.clear()
-        logger.warning(
+        # INFO: the loader warns (CacheWarning) and a direct caller reads the state; a
+        # WARNING record would be printed a second time where logging is not set up.
+        logger.info(
             "the cache at %s was rebuilt or cleared by another process since this one opened "
             "it; this process stops using it and serves fresh samples (reopen the cache to "
             "use the rebuilt one)",

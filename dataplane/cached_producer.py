@@ -388,6 +388,11 @@ class LoaderCache:
             )
         if store.state.value == "full":
             self.warn("full", self._full_message(store, stats))
+        if store.state is StoreState.STALE:  # found by a write, where no read met it
+            self.disable(
+                f"the cache at {store.path} was rebuilt or cleared by another process; the "
+                "loader goes on with fresh samples"
+            )
         if stats.filled and "variants-outside" not in self._warned:
             try:
                 stored = store.stored_variants()

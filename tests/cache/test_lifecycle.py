@@ -4,6 +4,7 @@ another process, damaged metadata, a grown map, dead readers, fewer variants."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -158,10 +159,14 @@ def test_a_store_stops_using_a_cache_another_store_rebuilt(
     # Elsewhere (another process or store) the cache is rebuilt for recipe v2.
     new = open_store(helpers.identity(recipe="v2"), rebuild=True)
     more = np.arange(8, 16)
-    assert old.put_batch(more, 0, helpers.images(more, 0), helpers.labels(more)) == 0
+    with caplog.at_level(logging.INFO, logger="cache.store"):
+        assert old.put_batch(more, 0, helpers.images(more, 0), helpers.labels(more)) == 0
     assert old.state is StoreState.STALE and not old.admitting
     assert "rebuilt or cleared by another process" in caplog.text
     assert "serves fresh samples" in caplog.text
+    # Logged once, at INFO: the loader warns (CacheWarning), a caller reads the state.
+    (record,) = (r for r in caplog.records if "rebuilt or cleared" in r.getMessage())
+    assert record.levelno == logging.INFO
     assert new.count() == 0  # no v1 sample under v2's metadata
     assert helpers.check_batch(old, more, 0) == 0  # nor served by the old store
     assert not old.completed(0).any()

@@ -408,7 +408,10 @@ def test_a_corrupt_record_is_never_served_and_is_refilled(
 
 
 def test_a_cache_rebuilt_mid_pass_is_left_for_one_fresh_producer(
-    train_dir: Path, tmp_path: Path, source_keys: dict[int, str]
+    train_dir: Path,
+    tmp_path: Path,
+    source_keys: dict[int, str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Another store rebuilds the cache during a cached pass: every batch still comes,
     with its labels, and the rest of the pass is produced by one fresh producer (not
@@ -452,9 +455,12 @@ def test_a_cache_rebuilt_mid_pass_is_left_for_one_fresh_producer(
                     )
                 )
 
-    with pytest.warns(CacheWarning, match="rebuilt or cleared by another process"):
+    with pytest.warns(CacheWarning, match="rebuilt or cleared by another process") as warned:
         serve()
     assert len(rebuilt) == 1
+    # Reported once: the CacheWarning, not a WARNING record beside it.
+    assert len([w for w in warned if issubclass(w.category, CacheWarning)]) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert keys == source_keys, "every sample once, cached before the rebuild, fresh after"
     assert len(built) == 1, "one fresh producer for the rest of the pass"
     assert 0 < built[0] < len(planned) - 1
@@ -462,6 +468,45 @@ def test_a_cache_rebuilt_mid_pass_is_left_for_one_fresh_producer(
     assert stats.fresh == sum(int(b.size) for b in planned[-built[0] :])
     assert not side.enabled and "rebuilt or cleared" in (side.disabled or "")
     assert epoch_keys(loader, 2) == source_keys  # later passes are fresh
+    rebuilt[0].close()
+    loader.close()
+
+
+def test_a_cache_rebuilt_during_a_filling_pass_is_warned_once(
+    train_dir: Path, tmp_path: Path, source_keys: dict[int, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another store rebuilds the cache while a pass fills it (every sample a miss, so
+    only the filler's writes meet the rebuild): one CacheWarning at the end of the pass,
+    no WARNING record beside it, and later passes are fresh without another warning."""
+    import dataclasses
+
+    path = tmp_path / "c"
+    loader = cached_loader(
+        train_dir, path, recipe=identity_recipe(), variants=1, fill="inline", batch_size=16
+    )
+    side = loader.cache_side
+    assert side is not None
+    keys: dict[int, str] = {}
+    rebuilt: list[CacheStore] = []
+    planned = list(loader.plan.batches(0))
+    with pytest.warns(CacheWarning, match="rebuilt or cleared by another process") as warned:
+        for n, ((images, _), idx) in enumerate(zip(loader, planned, strict=True)):
+            keys.update(zip(idx.tolist(), batch_keys(images), strict=True))
+            if n == 1:  # elsewhere, the cache is rebuilt for another recipe
+                rebuilt.append(
+                    CacheStore(
+                        dataclasses.replace(side.config, rebuild=True),
+                        dataclasses.replace(side.identity, recipe_fingerprint="another recipe"),
+                    )
+                )
+    assert keys == source_keys
+    assert len([w for w in warned if issubclass(w.category, CacheWarning)]) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert not side.enabled and "rebuilt or cleared" in (side.disabled or "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        assert epoch_keys(loader, 1) == source_keys
+    assert rebuilt[0].count() == 0, "nothing of the old recipe under the new metadata"
     rebuilt[0].close()
     loader.close()
 
