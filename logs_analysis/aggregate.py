@@ -13,11 +13,20 @@ Each chunk (:mod:`logs_analysis.readers`) is loaded, its rows checked
   uniform row sample at the same rate, used instead when the run sample holds fewer
   than :data:`MIN_SAMPLE_RUNS` runs (a log of a few huge runs);
 * the malformed lines and rows met (:class:`~logs_analysis.issues.ReadIssues`);
+* what the row filters removed (:class:`~logs_analysis.filters.FilterStats`): the usable
+  rows are filtered (:attr:`AggregateConfig.row_filter`) on the worker, after the row and
+  duplicate checks and before anything above is reduced, so every summary and the sample
+  hold only the rows selected;
 * a 64-bit hash of each usable row's ``(run_id, file_id)``
   (:func:`logs_analysis.validate.key_hashes`, 8 bytes a row). When two rows share a key
   (a log copied under another name), the pass is run again, each chunk dropping the
   rows whose key came earlier (:func:`logs_analysis.validate.duplicate_rows`), counted
   as "duplicate row ..." issues: inputs without duplicates are read once.
+
+The sampling rate is set before the pass from the rows the chunks are expected to hold.
+When filters keep few of them, the sample would be smaller than asked: if it falls below
+half of ``sample_rows`` while more rows were selected, the pass is run again (with the
+duplicates pass, if there is one) at the rate of the rows selected.
 
 Partials are merged pairwise in a tree (``dask.bag.Bag.fold``), so the driver never
 holds more than a few partials and one chunk per worker thread is in memory at a time:
@@ -43,7 +52,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logs_analysis.errors import AnalysisConfigError, AnalysisError, InputError
+from logs_analysis.errors import AnalysisConfigError, AnalysisError, EmptySelectionError, InputError
+from logs_analysis.filters import FilterStats, RowFilter, empty_selection_message
 from logs_analysis.histogram import Histogram, _bins_and_outside, add_frames
 from logs_analysis.issues import ReadIssues
 from logs_analysis.readers.base import Chunk
@@ -133,12 +143,15 @@ class AggregateConfig:
         (:func:`check_scheduler`).
     workers : int or None
         Threads or processes for the local schedulers (default: the usable cores).
+    row_filter : RowFilter
+        Which usable rows to keep (pipelines, creation times); the default keeps all.
     """
 
     sample_rows: int = 50_000
     seed: int = 0
     scheduler: str = "threads"
     workers: int | None = None
+    row_filter: RowFilter = dataclasses.field(default_factory=RowFilter)
 
     def __post_init__(self) -> None:
         if (
@@ -150,6 +163,10 @@ class AggregateConfig:
         check_scheduler(self.scheduler)
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise AnalysisConfigError(f"workers={self.workers!r} must be a positive int or None")
+        if not isinstance(self.row_filter, RowFilter):
+            raise AnalysisConfigError(
+                f"row_filter={self.row_filter!r} must be a logs_analysis.filters.RowFilter"
+            )
 
 
 @dataclasses.dataclass
@@ -167,6 +184,7 @@ class Partial:
     rows_read: int
     chunks: int
     keys: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    filtered: FilterStats = dataclasses.field(default_factory=FilterStats)
 
 
 def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
@@ -237,6 +255,7 @@ def process_chunk(
     rate: float,
     seed: int = 0,
     with_keys: bool = True,
+    row_filter: RowFilter | None = None,
 ) -> Partial:
     """Load one chunk, check its rows and reduce them to a :class:`Partial`.
 
@@ -249,6 +268,9 @@ def process_chunk(
         Sampling rate in (0, 1]; 1 keeps every row in the sample.
     with_keys : bool
         Keep the key hash of each usable row (``Partial.keys``) to find duplicates.
+    row_filter : RowFilter, optional
+        Keep only the usable rows it selects (after the duplicate check, so a filter
+        changes no issue count); what it removed goes in ``Partial.filtered``.
     """
     index, chunk = item[0], item[1]
     duplicates = item[2] if len(item) > 2 else None
@@ -259,6 +281,9 @@ def process_chunk(
     hashes = {index: key_hashes(table)} if with_keys else {}
     table, repeated = drop_duplicates(table, result, kept, duplicates)
     issues.merge(repeated)
+    filtered = FilterStats()
+    if row_filter is not None:
+        table, filtered = row_filter.apply(table)
     block_lines = (
         {(result.source, result.block_start): result.lines}
         if result.block_start is not None
@@ -266,7 +291,7 @@ def process_chunk(
     )
     rows_read = result.table.num_rows
     n = table.num_rows
-    empty = Partial({}, {}, [], {}, [], [], issues, block_lines, rows_read, 1, hashes)
+    empty = Partial({}, {}, [], {}, [], [], issues, block_lines, rows_read, 1, hashes, filtered)
     if n == 0:
         return empty
 
@@ -363,6 +388,7 @@ def process_chunk(
         rows_read=rows_read,
         chunks=1,
         keys=hashes,
+        filtered=filtered,
     )
 
 
@@ -443,6 +469,7 @@ def merge_partials(a: Partial, b: Partial) -> Partial:
         rows_read=a.rows_read + b.rows_read,
         chunks=a.chunks + b.chunks,
         keys={**a.keys, **b.keys},
+        filtered=FilterStats().merge(a.filtered).merge(b.filtered),
     )
 
 
@@ -462,13 +489,14 @@ class Aggregate:
     histograms : dict
         ``(variable, grouping name) -> Histogram``.
     totals : dict
-        Rows, bytes, operations, byte-seconds, time span of the usable rows, and
+        Rows, bytes, operations, byte-seconds, time span of the rows selected (the usable
+        rows the filters kept), and
         ``outside_range_<variable>``: values beyond the histogram range (see
         :func:`logs_analysis.histogram.outside_range`).
     runs : pandas.DataFrame
         One row per run: ``run_id, pipeline, rows, created_min, deleted_max``.
     sources : dict
-        Usable rows per input file.
+        Rows selected per input file.
     sample : pandas.DataFrame
         Sampled rows (all schema columns) for row-level analyses.
     sample_method : str
@@ -481,6 +509,8 @@ class Aggregate:
         Chunks processed.
     wall_s : float
         Seconds the pass took.
+    filtered : FilterStats
+        What the row filters removed (empty without filters).
     """
 
     histograms: dict[tuple[str, str], Histogram]
@@ -493,11 +523,17 @@ class Aggregate:
     rows_read: int
     chunks: int
     wall_s: float
+    filtered: FilterStats = dataclasses.field(default_factory=FilterStats)
 
     @property
     def rows(self) -> int:
-        """Usable rows."""
+        """Rows selected: the usable rows the filters kept (all of them without filters)."""
         return int(self.totals.get("rows", 0))
+
+    @property
+    def usable_rows(self) -> int:
+        """Usable rows (row checks passed, duplicates dropped), before the filters."""
+        return self.rows + self.filtered.total_removed
 
     def histogram(self, variable: str, grouping: str) -> Histogram:
         return self.histograms[(variable, grouping)]
@@ -555,6 +591,9 @@ def aggregate(
     ------
     InputError
         If no chunk yields a usable row.
+    EmptySelectionError
+        (An :class:`InputError`.) If there are usable rows but the filters keep none;
+        the message names the filter.
     """
     import dask.bag as db
 
@@ -568,20 +607,34 @@ def aggregate(
     estimated = sum(max(int(c.estimated_rows), 1) for c in chunks)
     rate = min(1.0, config.sample_rows / estimated)
 
-    def run(items: list[Any], with_keys: bool) -> Partial:
+    row_filter = config.row_filter if config.row_filter.active else None
+
+    def run(items: list[Any], with_keys: bool, rate: float) -> Partial:
         bag = db.from_sequence(items, npartitions=len(items))
-        folded = bag.map(process_chunk, rate=rate, seed=config.seed, with_keys=with_keys).fold(
-            merge_partials, split_every=4
-        )
+        folded = bag.map(
+            process_chunk,
+            rate=rate,
+            seed=config.seed,
+            with_keys=with_keys,
+            row_filter=row_filter,
+        ).fold(merge_partials, split_every=4)
         return _compute(folded, config)
 
-    partial = run(list(enumerate(chunks)), True)
+    partial = run(list(enumerate(chunks)), True, rate)
     keys = [partial.keys.pop(i, np.zeros(0, np.uint64)) for i in range(len(chunks))]
     duplicates = duplicate_rows(keys, [c.source for c in chunks])
     del keys  # 8 bytes a row: freed before any second pass
-    if duplicates:  # read again, each chunk dropping its rows read before
+    selected = partial.totals.get("rows", 0.0)
+    filtered_rate = rate
+    if row_filter is not None and rate < 1.0 and 0 < selected * rate < config.sample_rows / 2:
+        # the filters kept few of the rows the rate was set for: sample the rest at the
+        # rate of the rows they kept
+        filtered_rate = min(1.0, config.sample_rows / selected)
+    if duplicates or filtered_rate != rate:
+        # read again, each chunk dropping its rows read before and sampling at the new rate
         del partial
-        partial = run([(i, c, duplicates.get(i)) for i, c in enumerate(chunks)], False)
+        rate = filtered_rate
+        partial = run([(i, c, duplicates.get(i)) for i, c in enumerate(chunks)], False, rate)
     all_issues.merge(partial.issues)
     # block-relative line numbers -> file line numbers
     before: dict[tuple[str, int], int] = {}
@@ -595,6 +648,12 @@ def aggregate(
             seen += lines
     all_issues.resolve_lines(before)
     if not partial.totals.get("rows"):
+        if partial.filtered.total_removed and row_filter is not None:
+            raise EmptySelectionError(
+                empty_selection_message(
+                    row_filter, partial.filtered, partial.filtered.total_removed
+                )
+            )
         raise InputError(no_rows_message(paths, all_issues))
     sample, method = _choose_sample(partial, rate, config)
     hists = {
@@ -615,6 +674,7 @@ def aggregate(
         rows_read=partial.rows_read,
         chunks=partial.chunks,
         wall_s=time.perf_counter() - start,
+        filtered=partial.filtered,
     )
 
 

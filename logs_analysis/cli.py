@@ -116,6 +116,39 @@ def parse_scheduler(ctx: click.Context, param: click.Parameter, value: str) -> s
 @click.option("--title", default=None, help="Report title.")
 @price_option
 @click.option(
+    "--pipeline",
+    "pipelines",
+    multiple=True,
+    metavar="NAME",
+    help="Analyse only the files of pipeline NAME (repeatable: any of them). Spark event "
+    "logs name pipelines by the application's name, Darshan logs by the executable's. A "
+    "NAME no file has is a warning naming the pipelines there are (an error if no NAME "
+    "matches).",
+)
+@click.option(
+    "--since",
+    metavar="TIME",
+    default=None,
+    help="Analyse only the files created at or after TIME: an ISO 8601 date or datetime "
+    "(2026-11-24, 2026-11-24T04:20:00, 2026-11-24T05:20:00+01:00), UTC unless it gives an "
+    "offset.",
+)
+@click.option(
+    "--until",
+    metavar="TIME",
+    default=None,
+    help="Analyse only the files created before TIME (as for --since; must be later).",
+)
+@click.option(
+    "--csv",
+    "write_csv",
+    is_flag=True,
+    default=False,
+    help="Also write the per-group tables (density, lifetime and size by pipeline, stage, "
+    "operator and file kind, with their quantiles) as one CSV beside the HTML "
+    "(report.groups.csv for report.html).",
+)
+@click.option(
     "--progress/--no-progress",
     default=True,
     show_default=True,
@@ -133,6 +166,10 @@ def report_command(
     seed: int,
     title: str | None,
     cost_model: CostModel,
+    pipelines: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    write_csv: bool,
     progress: bool,
 ) -> None:
     """Analyse intermediate-data I/O logs and write a self-contained HTML report.
@@ -141,11 +178,12 @@ def report_command(
     writes, or JSON lines with the same columns), Spark event logs (plain, compressed or
     rolling eventlog_v2_* directories) and Darshan logs, in any mix. Malformed lines and
     records, rows read twice (the same run_id and file_id) and files that are not logs are
-    counted and shown in the report, never fatal.
+    counted and shown in the report, never fatal. --pipeline, --since and --until select
+    the files every analysis covers; the report says how many rows they removed.
     """
     prefer_passive_wait()  # before LightGBM loads OpenMP (see placement.openmp)
     from logs_analysis.errors import AnalysisError
-    from logs_analysis.report import ReportConfig, build_report
+    from logs_analysis.report import ReportConfig, build_report, csv_path_for
     from placement.errors import PlacementError
 
     try:
@@ -160,12 +198,16 @@ def report_command(
             title=title,
             progress=progress,
             cost_model=cost_model,
+            pipelines=pipelines,
+            since=since,
+            until=until,
+            csv=write_csv,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     try:
         report = build_report(list(logs), config, out=out)
-        html_path, json_path = report.write(out)
+        html_path, json_path = report.write(out, csv=config.csv)
     except (AnalysisError, PlacementError) as exc:
         raise click.ClickException(str(exc)) from exc
     data = report.data
@@ -176,8 +218,17 @@ def report_command(
         if issues["skipped_inputs"]
         else ""
     )
+    written = f"{html_path} and {json_path}"
+    if config.csv:
+        written = f"{html_path}, {json_path} and {csv_path_for(html_path)}"
+    filtered = (
+        f" (the filters removed {data['rows']['removed_by_filters']:,} of "
+        f"{data['rows']['usable']:,})"
+        if data["filters"]["applied"]
+        else ""
+    )
     click.echo(
-        f"wrote {html_path} and {json_path}: {data['rows']['usable']:,} files, "
+        f"wrote {written}: {data['rows']['selected']:,} files{filtered}, "
         f"{issues['malformed']:,} malformed or duplicate line(s)/record(s)/row(s) skipped"
         f"{not_read}, {data['timings_s']['total']:.1f} s"
     )

@@ -6,6 +6,7 @@ __all__ = [
     "AnalysisConfigError",
     "AnalysisError",
     "DependencyError",
+    "EmptySelectionError",
     "FormatError",
     "InputError",
     "OutputError",
@@ -31,6 +32,12 @@ class InputError(AnalysisError, ValueError):
 
     The message names the path and what to do about it.
     """
+
+
+class EmptySelectionError(InputError):
+    """The inputs hold usable rows, but the filters (``--pipeline``, ``--since``,
+    ``--until``) leave none of them. The message names the filter and what the rows hold
+    (the pipelines, their creation times)."""
 
 
 class FormatError(AnalysisError, ValueError):

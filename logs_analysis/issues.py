@@ -9,8 +9,14 @@ Two kinds are told apart (:attr:`ReadIssues.skipped_inputs`, :attr:`ReadIssues.m
 whole inputs left unread because they are not logs (or hold nothing to read), cannot be
 reached or were given twice (:data:`SKIPPED_INPUT_REASONS`: a ``README.md`` beside event
 logs, a Parquet file without the placement columns, a Darshan log without POSIX records,
-an unreadable folder), each counted once, and malformed or duplicate lines, records and
-rows, or damaged logs (everything else; a damaged file is counted once, as a file).
+a file read as a Spark event log in which no line is a listener event, an unreadable
+folder), each counted once, and malformed or duplicate lines, records and rows, or damaged
+logs (everything else; a damaged file is counted once, as a file).
+
+A damaged file can be met by several chunks read in parallel (a Parquet log whose row
+groups are read in parts): such a reason is added with ``per_file=True`` and counts one
+per file however many chunks meet it, in whatever order they are merged; each meeting
+may still leave an example (its place in the file).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ SKIPPED_INPUT_REASONS = frozenset(
         "not a placement log: missing required columns (skipped)",
         "newer log schema version (skipped)",
         "no POSIX module records (skipped)",
+        "not a Spark event log: no listener events (skipped)",
         "empty file",
         "not a regular file (skipped)",
         "unreadable file",
@@ -89,10 +96,13 @@ class ReadIssues:
         Lines, records or files skipped, by reason.
     examples : list of ReadIssue
         At most :data:`MAX_EXAMPLES` per reason, in the order they were found.
+    per_file : set of (str, str)
+        The ``(reason, source)`` pairs counted once per file (``add(..., per_file=True)``).
     """
 
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
     examples: list[ReadIssue] = dataclasses.field(default_factory=list)
+    per_file: set[tuple[str, str]] = dataclasses.field(default_factory=set)
 
     @property
     def total(self) -> int:
@@ -123,14 +133,24 @@ class ReadIssues:
         *,
         line: int | None = None,
         block_start: int | None = None,
+        per_file: bool = False,
     ) -> None:
         """Count ``count`` skipped items of ``reason``; keep this one as an example if there is
         room.
 
         ``line`` (1-based) sets ``location`` to ``"line N"``; with ``block_start`` the line
         counts from that byte offset of the file until :meth:`resolve_lines` is called.
+        With ``per_file``, ``source`` is counted once for ``reason`` (``count`` is
+        ignored), here and in every :meth:`merge`: a file damaged in several places is
+        one damaged file; each place may still be an example. A reason is either always
+        added ``per_file`` or never.
         """
-        if count <= 0:
+        if per_file:
+            key = (reason, str(source))
+            count = 0 if key in self.per_file else 1
+            self.per_file.add(key)
+            self.counts.setdefault(reason, 0)
+        elif count <= 0:
             return
         self.counts[reason] = self.counts.get(reason, 0) + count
         if sum(1 for e in self.examples if e.reason == reason) < MAX_EXAMPLES:
@@ -157,9 +177,15 @@ class ReadIssues:
         self.examples = out
 
     def merge(self, other: ReadIssues) -> ReadIssues:
-        """Add ``other``'s counts and examples to this one (in place); returns ``self``."""
+        """Add ``other``'s counts and examples to this one (in place); returns ``self``.
+
+        A file counted once (``add(..., per_file=True)``) in both stays counted once.
+        """
         for reason, n in other.counts.items():
             self.counts[reason] = self.counts.get(reason, 0) + n
+        for reason, _source in other.per_file & self.per_file:
+            self.counts[reason] -= 1  # counted in both: once
+        self.per_file |= other.per_file
         per_reason: dict[str, int] = {}
         for e in self.examples:
             per_reason[e.reason] = per_reason.get(e.reason, 0) + 1

@@ -6,10 +6,16 @@
 URL, viewable offline) and writes the JSON (the same numbers, machine-readable; NaN and
 infinities become ``null``).
 
-Stages: discover inputs -> read and aggregate (Dask, one pass) -> distributions -> skew
+Stages: discover inputs -> read, filter and aggregate (Dask, one pass) -> distributions -> skew
 -> predictability (cross-validated LightGBM on a sample) -> savings (simulator replays)
 -> figures. Predictability and savings need :mod:`placement`'s model and simulator;
 without them (or with too few rows) their sections say why instead.
+
+Filters (:class:`~logs_analysis.filters.RowFilter`: ``pipelines``, ``since``, ``until``)
+select the usable rows every analysis sees; the JSON's ``filters`` and the HTML's summary
+say which were applied and how many rows each removed. With ``csv=True``,
+:meth:`Report.write` also writes the per-group table (:data:`CSV_COLUMNS`) as
+``<name>.groups.csv`` beside the HTML.
 
 The JSON
 --------
@@ -25,18 +31,26 @@ key                     holds
 ``title``,              str; the time is ISO 8601, UTC
 ``generated_at``
 ``inputs``              ``paths`` given, ``format``, and ``sources``: each file's
-                        ``path``, ``format``, ``container`` and usable ``rows``
-``rows``                ``read``, ``usable``, ``skipped_lines_records_files``, ``chunks``
+                        ``path``, ``format``, ``container`` and ``rows`` (usable rows
+                        the filters kept)
+``rows``                ``read``, ``usable`` (before the filters),
+                        ``removed_by_filters``, ``selected`` (analysed: ``usable`` less
+                        those removed), ``skipped_lines_records_files``, ``chunks``
+``filters``             ``applied`` (bool), ``pipelines`` (list), ``since`` and
+                        ``until`` (ISO 8601 UTC or ``null``), ``removed`` (usable rows
+                        removed by each filter, in the order they apply: ``pipeline``,
+                        ``created_at``), ``unknown_pipelines`` (names no row has)
 ``issues``              ``total`` = ``malformed`` (malformed or duplicate lines, records,
                         rows; damaged logs) + ``skipped_inputs`` (files and folders not
                         read: not logs, unreadable, unsupported, given twice; one
                         each); ``counts`` by reason;
                         the first ``examples`` of each (``source``, ``location``,
                         ``reason``, ``detail``)
-``totals``              ``files``, ``runs``, ``pipelines``, ``bytes``, ``read_bytes``,
-                        ``write_bytes`` (bytes), ``read_ops``, ``write_ops``,
-                        ``files_without_io`` (counts), ``byte_seconds``, ``span_s``
-                        (seconds), ``mean_density`` (operations per byte per second)
+``totals``              of the rows selected: ``files``, ``runs``, ``pipelines``,
+                        ``bytes``, ``read_bytes``, ``write_bytes`` (bytes), ``read_ops``,
+                        ``write_ops``, ``files_without_io`` (counts), ``byte_seconds``,
+                        ``span_s`` (seconds), ``mean_density`` (operations per byte per
+                        second)
 ``histogram_range``     ``log10_low``/``log10_high`` of the bins, and per variable the
                         values ``outside`` them
 ``units``               the unit of each variable, in words
@@ -60,6 +74,8 @@ key                     holds
                         and ``focus_budget_index`` (the headline budget); or
                         ``{"unavailable": reason}``
 ``config``              the settings (``budgets`` as fractions)
+``outputs``             with ``csv``: ``csv``, the CSV files written beside the HTML
+                        (names)
 ``timings_s``           seconds per stage and ``total``
 ``environment``         ``python`` version and ``cores``
 ======================  ===============================================================
@@ -67,9 +83,12 @@ key                     holds
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime as _dt
+import io
 import json
+import logging
 import math
 import os
 import platform
@@ -82,7 +101,12 @@ import numpy as np
 
 from logs_analysis.aggregate import Aggregate, AggregateConfig, aggregate
 from logs_analysis.analyses import Unavailable
-from logs_analysis.analyses.distributions import UNITS, distribution_table, histogram_series
+from logs_analysis.analyses.distributions import (
+    QUANTILES,
+    UNITS,
+    distribution_table,
+    histogram_series,
+)
 from logs_analysis.analyses.predictability import (
     PredictabilityConfig,
     PredictabilityResult,
@@ -91,6 +115,7 @@ from logs_analysis.analyses.predictability import (
 from logs_analysis.analyses.savings import DEFAULT_BUDGETS, SavingsResult, savings_curve
 from logs_analysis.analyses.skew import skew, skew_by
 from logs_analysis.errors import AnalysisConfigError, AnalysisError, OutputError
+from logs_analysis.filters import PIPELINE, TIME_RANGE, RowFilter, unknown_pipelines_message
 from logs_analysis.formats import LogFormat, discover, resolved_path
 from logs_analysis.histogram import LOG_HI, LOG_LO
 from logs_analysis.issues import SKIPPED_INPUT_REASONS
@@ -99,16 +124,24 @@ from placement.cost import FIELD_MEANINGS, CostModel, focus_budget_index
 
 __all__ = [
     "COST_MODEL_FIELDS",
+    "CSV_COLUMNS",
     "REPORT_VERSION",
     "Report",
     "ReportConfig",
     "build_report",
     "check_output_paths",
     "check_writable",
+    "csv_path_for",
     "json_path_for",
 ]
 
-REPORT_VERSION = 2  # 2: a Parquet log without the columns, or of a newer schema, counts as 1 file
+logger = logging.getLogger(__name__)
+
+# 2: a Parquet log without the columns, or of a newer schema, counts as 1 file
+# 3: a Spark event log without listener events is 1 input not read (was malformed); a damaged
+#    Parquet log is 1 damaged file however many chunks it is read in, its readable row groups
+#    kept (was the rows of each damaged chunk, or the file when read in one chunk)
+REPORT_VERSION = 3
 STAGES = (
     "discover",
     "read + aggregate",
@@ -152,6 +185,20 @@ class ReportConfig:
         Report title (default from the inputs).
     cost_model : placement.cost.CostModel
         Prices of the savings curve (default: public list prices, :mod:`placement.cost`).
+    pipelines : tuple of str
+        Analyse only the rows of these pipelines (none: all).
+    since, until : str or datetime or None
+        Analyse only the files created at or after ``since`` and before ``until`` (ISO
+        8601, UTC unless an offset is given); stored as aware UTC datetimes.
+    csv : bool
+        :meth:`Report.write` also writes the per-group table as CSV beside the HTML
+        (checked with the other outputs before any input is read).
+
+    Raises
+    ------
+    AnalysisConfigError
+        If a setting is out of range; for the filters, a time that does not parse or a
+        ``since`` not before ``until`` (:class:`~logs_analysis.filters.RowFilter`).
     """
 
     format: LogFormat | str = LogFormat.AUTO
@@ -166,6 +213,10 @@ class ReportConfig:
     progress: bool = True
     title: str | None = None
     cost_model: CostModel = dataclasses.field(default_factory=CostModel)
+    pipelines: tuple[str, ...] = ()
+    since: _dt.datetime | str | None = None
+    until: _dt.datetime | str | None = None
+    csv: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -188,8 +239,16 @@ class ReportConfig:
             raise AnalysisConfigError(
                 f"cost_model={self.cost_model!r} must be a placement.cost.CostModel"
             )
+        row_filter = RowFilter(pipelines=self.pipelines, since=self.since, until=self.until)
+        for name in ("pipelines", "since", "until"):
+            object.__setattr__(self, name, getattr(row_filter, name))
         AggregateConfig(sample_rows=self.sample_rows, scheduler=self.scheduler)
         PredictabilityConfig(folds=self.folds, n_estimators=self.n_estimators)
+
+    @property
+    def row_filter(self) -> RowFilter:
+        """The filters of the report (:class:`~logs_analysis.filters.RowFilter`)."""
+        return RowFilter(pipelines=self.pipelines, since=self.since, until=self.until)
 
 
 def json_path_for(html_path: str | os.PathLike[str]) -> Path:
@@ -198,10 +257,19 @@ def json_path_for(html_path: str | os.PathLike[str]) -> Path:
     return Path(html_path).with_suffix(".json")
 
 
+def csv_path_for(html_path: str | os.PathLike[str]) -> Path:
+    """Where the per-group CSV of an HTML report goes: same folder and stem
+    (``report.html`` -> ``report.groups.csv``)."""
+    html = Path(html_path)
+    return html.with_name(f"{html.stem}.groups.csv")
+
+
 def check_output_paths(
     html_path: str | os.PathLike[str],
     inputs: Sequence[str | os.PathLike[str]] = (),
     sources: Sequence[str | os.PathLike[str]] = (),
+    *,
+    csv: bool = False,
 ) -> tuple[Path, Path]:
     """The HTML and JSON paths of a report, checked against its inputs.
 
@@ -213,6 +281,8 @@ def check_output_paths(
         The paths given (files and directories).
     sources : list of path
         The sources found under them (:func:`logs_analysis.formats.discover`).
+    csv : bool
+        The per-group CSV (:func:`csv_path_for`) is written too, so it is checked too.
 
     Returns
     -------
@@ -241,7 +311,10 @@ def check_output_paths(
             dirs.add(r)
         else:
             files.add(r)
-    for out, what in ((html, "the HTML report"), (json_file, f"the JSON beside --out {html}")):
+    outputs = [(html, "the HTML report"), (json_file, f"the JSON beside --out {html}")]
+    if csv:
+        outputs.append((csv_path_for(html), f"the CSV beside --out {html}"))
+    for out, what in outputs:
         r = resolved_path(out)
         if r in files:
             raise OutputError(f"{what} would overwrite the input log {out}; choose another --out")
@@ -337,15 +410,53 @@ class Report:
             val=_fmt_value,
             skipped_input=lambda reason: reason in SKIPPED_INPUT_REASONS,
         )
+        data = _clean(self.data)
         return env.get_template("report.html.j2").render(
-            r=_clean(self.data),
+            r=data,
+            filter_text=_filter_text(data.get("filters", {})),
+            filter_names=FILTER_NAMES,
             fig=self.figures,
             cost_fields=COST_MODEL_FIELDS,
             cost_defaults=CostModel().to_dict(),
         )
 
-    def write(self, html_path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    def to_csv(self) -> str:
+        """The per-group table as CSV text: one line per variable (``density``,
+        ``lifetime``, ``size``), grouping and group, as in the JSON (largest first, up to
+        200 groups a grouping), in the columns :data:`CSV_COLUMNS`. Numbers are in the
+        unit the ``unit`` column names (counts, bytes; shares are fractions); an undefined
+        value is empty."""
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(CSV_COLUMNS)
+        data = _clean(self.data)
+        for variable in ("density", "lifetime", "size"):
+            for grouping, groups in data.get(variable, {}).items():
+                for d in groups:
+                    quantiles = d.get("quantiles") or {}
+                    writer.writerow(
+                        [
+                            variable,
+                            UNITS[variable],
+                            grouping,
+                            " / ".join(d["key"]) if d["key"] else "all",
+                            d["rows"],
+                            d["bytes"],
+                            d.get("ops"),
+                            d["share_rows"],
+                            d["share_bytes"],
+                            d.get("share_ops"),
+                            d.get("decades"),
+                            *(quantiles.get(q) for q in _QUANTILE_KEYS),
+                        ]
+                    )
+        return out.getvalue()
+
+    def write(self, html_path: str | os.PathLike[str], *, csv: bool = False) -> tuple[Path, Path]:
         """Write the HTML to ``html_path`` and the JSON beside it; returns both paths.
+
+        With ``csv``, the per-group table (:meth:`to_csv`) goes beside them too
+        (:func:`csv_path_for`), and the JSON's ``outputs`` names it.
 
         Raises
         ------
@@ -361,10 +472,18 @@ class Report:
             html_path,
             inputs.get("paths", []),
             [s["path"] for s in inputs.get("sources", [])],
+            csv=csv,
         )
+        if csv:
+            csv_file = csv_path_for(html_path)
+            self.data["outputs"] = {"csv": [csv_file.name]}
+        else:
+            self.data.pop("outputs", None)
         try:
             html_path.parent.mkdir(parents=True, exist_ok=True)
             text = self.render_html()
+            if csv:
+                _atomic_write(csv_file, self.to_csv())
             _atomic_write(html_path, text)
             _atomic_write(json_file, self.to_json())
         except OSError as exc:
@@ -372,6 +491,24 @@ class Report:
                 f"cannot write the report to {html_path.parent}: {exc.strerror or exc}"
             ) from exc
         return html_path, json_file
+
+
+_QUANTILE_KEYS = tuple(f"p{100 * q:g}" for q in QUANTILES)
+#: Columns of the per-group CSV (:meth:`Report.to_csv`).
+CSV_COLUMNS = (
+    "variable",
+    "unit",
+    "grouping",
+    "group",
+    "files",
+    "bytes",
+    "ops",
+    "share_files",
+    "share_bytes",
+    "share_ops",
+    "decades",
+    *_QUANTILE_KEYS,
+)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -420,6 +557,29 @@ def _fmt_value(v: Any) -> str:
     if float(v).is_integer():
         return f"{int(v):,}"
     return f"{float(v):g}"
+
+
+#: Each filter of ``filters.removed`` as the options that set it.
+FILTER_NAMES = {PIPELINE: "--pipeline", TIME_RANGE: "--since/--until"}
+
+
+def _filter_text(filters: dict[str, Any]) -> str:
+    """The filters of the JSON's ``filters`` in words (``pipeline merge or sort; created
+    from 2026-11-24T04:20:00+00:00 until before ...``)."""
+    parts = []
+    if filters.get("pipelines"):
+        names = list(filters["pipelines"])
+        parts.append(
+            "pipeline " + (", ".join(names[:-1]) + " or " if names[1:] else "") + names[-1]
+        )
+    since, until = filters.get("since"), filters.get("until")
+    if since and until:
+        parts.append(f"created from {since} until before {until}")
+    elif since:
+        parts.append(f"created from {since} on")
+    elif until:
+        parts.append(f"created before {until}")
+    return "; ".join(parts) or "none"
 
 
 #: What each :class:`placement.cost.CostModel` field is and its unit, for the report's table
@@ -497,7 +657,7 @@ def build_report(
     out : path, optional
         Where the HTML report will be written; when given, it is checked against the
         inputs and the sources found under them before any row is read
-        (:func:`check_output_paths`).
+        (:func:`check_output_paths`, with the CSV when ``config.csv``).
 
     Raises
     ------
@@ -505,6 +665,11 @@ def build_report(
         If ``out`` would overwrite an input or the HTML and JSON would be one file.
     InputError
         If a path is missing or empty, or no usable row is found.
+    EmptySelectionError
+        (An :class:`InputError`.) If the filters keep none of the usable rows; the message
+        names the filter and lists the pipelines, or the creation times, the rows have.
+        Names of ``config.pipelines`` that match no row, beside others that do, are a
+        logged warning and the JSON's ``filters.unknown_pipelines``.
     FormatError
         If a named file's format cannot be told or its codec is not supported.
     DependencyError
@@ -517,20 +682,27 @@ def build_report(
         stages.start("discover")
         sources, issues = discover(list(paths), config.format)
         if out is not None:
-            check_output_paths(out, paths, [s.path for s in sources])
+            check_output_paths(out, paths, [s.path for s in sources], csv=config.csv)
         chunks, more = plan(sources)
         issues.merge(more)
         stages.done()
 
         stages.start("read + aggregate")
+        row_filter = config.row_filter
         agg = aggregate(
             chunks,
             AggregateConfig(
-                sample_rows=config.sample_rows, seed=config.seed, scheduler=config.scheduler
+                sample_rows=config.sample_rows,
+                seed=config.seed,
+                scheduler=config.scheduler,
+                row_filter=row_filter,
             ),
             issues=issues,
             paths=list(paths),
         )
+        unknown = row_filter.unknown_pipelines(agg.filtered)
+        if unknown:
+            logger.warning("%s", unknown_pipelines_message(row_filter, agg.filtered))
         stages.done()
 
         stages.start("distributions")
@@ -602,9 +774,17 @@ def build_report(
         },
         "rows": {
             "read": agg.rows_read,
-            "usable": agg.rows,
+            "usable": agg.usable_rows,
+            "removed_by_filters": agg.filtered.total_removed,
+            "selected": agg.rows,
             "skipped_lines_records_files": agg.issues.total,
             "chunks": agg.chunks,
+        },
+        "filters": {
+            "applied": row_filter.active,
+            **row_filter.to_dict(),
+            "removed": dict(agg.filtered.removed),
+            "unknown_pipelines": unknown,
         },
         "issues": agg.issues.to_dict(),
         "totals": {

@@ -43,6 +43,9 @@ class ChunkResult:
         Lines of the block (line-oriented inputs; 0 otherwise).
     labels : list of str or None
         A location of each row when neither rows nor lines fit (e.g. ``"stage 3 task 41"``).
+    row_numbers : numpy.ndarray or None
+        Index in ``source`` of each row, when the rows are not consecutive from
+        ``first_row`` (rows of a damaged part of the file were left out).
     """
 
     table: pa.Table
@@ -53,6 +56,7 @@ class ChunkResult:
     block_start: int | None = None
     lines: int = 0
     labels: list[str] | None = None
+    row_numbers: np.ndarray | None = None
 
     def locate(self, i: int) -> tuple[str, int | None]:
         """(location text, block-relative line or None) of row ``i``."""
@@ -60,6 +64,8 @@ class ChunkResult:
             return "", int(self.row_lines[i])
         if self.labels is not None:
             return self.labels[i], None
+        if self.row_numbers is not None:
+            return f"row {int(self.row_numbers[i])}", None
         if self.first_row is not None:
             return f"row {self.first_row + i}", None
         return f"record {i}", None

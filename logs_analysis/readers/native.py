@@ -10,9 +10,12 @@ Parquet
     Split into chunks of whole row groups of at most :data:`CHUNK_ROWS` rows. A file whose
     footer cannot be read (torn or not Parquet), which lacks a required column, or which
     declares a newer schema version is skipped and counted as an issue, once (its rows are
-    said in the detail); a row group that fails to decode is skipped and its rows counted,
-    or, when the file's rows are all in that chunk, the file is counted once. Rows are
-    located by their 0-based index in the file.
+    said in the detail). A chunk that fails to read (a page that does not decode, values
+    that do not convert to the log schema) is read again one row group at a time: the row
+    groups that read are kept, the others skipped, and the file is counted once as
+    :data:`DAMAGED_FILE` however many of its chunks are damaged, each damaged part an
+    example with its rows. So a file read in one chunk or in several keeps the same rows
+    and counts the same. Rows are located by their 0-based index in the file.
 JSON lines
     One JSON object per line with log-schema keys. Split into byte ranges of about
     :data:`BLOCK_BYTES`; a line belongs to the block its first byte lies in. A block is
@@ -41,7 +44,15 @@ from logs_analysis.readers.base import ChunkResult
 from placement.errors import SchemaError
 from placement.schema import REQUIRED_COLUMNS, SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY, conform
 
-__all__ = ["BLOCK_BYTES", "CHUNK_ROWS", "JsonlChunk", "ParquetChunk", "plan_jsonl", "plan_parquet"]
+__all__ = [
+    "BLOCK_BYTES",
+    "CHUNK_ROWS",
+    "DAMAGED_FILE",
+    "JsonlChunk",
+    "ParquetChunk",
+    "plan_jsonl",
+    "plan_parquet",
+]
 
 #: Most rows in one Parquet chunk (whole row groups; a larger row group is one chunk).
 CHUNK_ROWS = 262_144
@@ -52,6 +63,10 @@ _SCHEMA_NAMES = frozenset(SCHEMA.names)
 _JSON_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in SCHEMA])
 #: Reason of a Parquet file that cannot be read at all (counted once, as a file).
 UNREADABLE_FILE = "unreadable Parquet file (skipped)"
+#: Reason of a Parquet file some (or all) of whose row groups cannot be read: counted once
+#: per file, whichever chunks meet the damage (:meth:`ReadIssues.add` ``per_file``).
+DAMAGED_FILE = "damaged Parquet file (unreadable row groups skipped)"
+_READ_ERRORS = (OSError, pa.ArrowException, SchemaError)
 
 
 def _n_rows(n: int) -> str:
@@ -63,9 +78,9 @@ class ParquetChunk:
     """Whole row groups ``row_groups`` of one Parquet file; ``first_row`` is the file row
     index of the first of them. ``dictionary_columns`` are the :data:`DICTIONARY_COLUMNS`
     the file has, read dictionary-encoded, and ``file_rows`` the rows of the whole file
-    (:func:`plan_parquet` fills them in). A chunk that cannot be read counts its rows as
-    "unreadable row group", or, when it holds the whole file, one "unreadable Parquet file
-    (skipped)" with the rows in the detail."""
+    (:func:`plan_parquet` fills them in). A chunk that cannot be read is read again row
+    group by row group; the row groups that fail are skipped and the file counted once as
+    :data:`DAMAGED_FILE` (each damaged run of row groups an example naming its rows)."""
 
     source: str
     row_groups: tuple[int, ...]
@@ -80,23 +95,66 @@ class ParquetChunk:
             with pq.ParquetFile(
                 self.source, read_dictionary=list(self.dictionary_columns) or None
             ) as pf:
-                columns = [c for c in pf.schema_arrow.names if c in _SCHEMA_NAMES]
-                table = pf.read_row_groups(list(self.row_groups), columns=columns)
-                table = conform_keeping_dictionaries(
-                    table.replace_schema_metadata(pf.schema_arrow.metadata)
-                )
-        except (OSError, pa.ArrowException, SchemaError) as exc:
-            where = f"rows {self.first_row}-{self.first_row + self.estimated_rows - 1}"
-            if self.first_row == 0 and self.estimated_rows == self.file_rows:
-                # the whole file: one file skipped, its rows said in the detail
-                why = f"the whole file ({_n_rows(self.estimated_rows)}): {exc}"
-                issues.add(UNREADABLE_FILE, self.source, where, why)
-            else:
-                issues.add(
-                    "unreadable row group", self.source, where, str(exc), self.estimated_rows
-                )
+                try:
+                    table = _read_groups(pf, list(self.row_groups))
+                except _READ_ERRORS:
+                    return self._load_each(pf, issues)  # keep the row groups that read
+        except (OSError, pa.ArrowException) as exc:  # it cannot be opened any more
+            self._damaged(issues, self.first_row, self.estimated_rows, exc)
             return ChunkResult(SCHEMA.empty_table(), issues, self.source, self.first_row)
         return ChunkResult(table, issues, self.source, self.first_row)
+
+    def _load_each(self, pf: pq.ParquetFile, issues: ReadIssues) -> ChunkResult:
+        """The chunk read one row group at a time: those that read are kept, each run of
+        consecutive ones that do not is counted (:meth:`_damaged`)."""
+        tables: list[pa.Table] = []
+        numbers: list[np.ndarray] = []
+        lost: list[tuple[int, int, Exception]] = []  # (first row, rows, first error)
+        row = self.first_row
+        for rg in self.row_groups:
+            n = pf.metadata.row_group(rg).num_rows
+            try:
+                tables.append(_read_groups(pf, [rg]))
+                numbers.append(np.arange(row, row + n, dtype=np.int64))
+            except _READ_ERRORS as error:
+                if lost and lost[-1][0] + lost[-1][1] == row:
+                    lost[-1] = (lost[-1][0], lost[-1][1] + n, lost[-1][2])
+                else:
+                    lost.append((row, n, error))
+            row += n
+        for first, rows, first_error in lost:
+            self._damaged(issues, first, rows, first_error)
+        if not tables:
+            return ChunkResult(SCHEMA.empty_table(), issues, self.source, self.first_row)
+        table = pa.concat_tables(tables).unify_dictionaries()
+        return ChunkResult(
+            table, issues, self.source, self.first_row, row_numbers=np.concatenate(numbers)
+        )
+
+    def _damaged(self, issues: ReadIssues, first: int, n: int, exc: BaseException) -> None:
+        """Count the file once as :data:`DAMAGED_FILE`, this part as an example."""
+        if first == 0 and n == self.file_rows:
+            why = f"the whole file ({_n_rows(n)}): {exc}"
+        elif self.file_rows:
+            why = f"{n:,} of the file's {_n_rows(self.file_rows)}: {exc}"
+        else:
+            why = f"{_n_rows(n)}: {exc}"
+        issues.add(DAMAGED_FILE, self.source, f"rows {first}-{first + n - 1}", why, per_file=True)
+
+
+def _read_groups(pf: pq.ParquetFile, row_groups: list[int]) -> pa.Table:
+    """Row groups of ``pf`` in the log schema (:func:`conform_keeping_dictionaries`).
+
+    Raises
+    ------
+    OSError, pyarrow.ArrowException
+        If a page cannot be read or decoded.
+    SchemaError
+        If a column does not convert to the log schema.
+    """
+    columns = [c for c in pf.schema_arrow.names if c in _SCHEMA_NAMES]
+    table = pf.read_row_groups(row_groups, columns=columns)
+    return conform_keeping_dictionaries(table.replace_schema_metadata(pf.schema_arrow.metadata))
 
 
 #: String id columns read dictionary-encoded (few distinct values, many rows).

@@ -65,7 +65,12 @@ decompressed by :mod:`logs_analysis.readers.compression`. A compressed file cut 
 (Spark writes in-progress logs this way) keeps the lines decoded before the cut and
 counts one "truncated compressed stream" issue naming the file, as a plain-text log cut
 short keeps its complete lines (a file cut before its first line is that one issue, not
-also "no Spark listener events").
+also "not a Spark event log").
+
+A file (e.g. one forced with ``--format spark``) in which no line is a listener event is
+not an event log: it counts once, as an input not read (:data:`NO_EVENTS`, the detail
+saying how many of its lines are not JSON and quoting the first), not each line as a
+malformed event.
 """
 
 from __future__ import annotations
@@ -88,11 +93,22 @@ from logs_analysis.readers.base import ChunkResult
 from logs_analysis.readers.compression import iter_lines, open_decompressed
 from placement.schema import SCHEMA, conform
 
-__all__ = ["OPERATORS", "SparkChunk", "operator_of", "plan_spark", "read_spark_events"]
+__all__ = [
+    "NO_EVENTS",
+    "OPERATORS",
+    "SparkChunk",
+    "operator_of",
+    "plan_spark",
+    "read_spark_events",
+]
 
 _EVENTS_RE = re.compile(r"^events_(\d+)_")
 _INT64_MAX = int(np.iinfo(np.int64).max)
 _INT32_MAX = int(np.iinfo(np.int32).max)
+#: Reason of a file (or rolling directory) read as a Spark event log in which no line is a
+#: listener event: one input not read (:data:`logs_analysis.issues.SKIPPED_INPUT_REASONS`),
+#: its lines not counted as malformed events; the detail says what it holds.
+NO_EVENTS = "not a Spark event log: no listener events (skipped)"
 
 
 class _MalformedEvent(ValueError):
@@ -246,6 +262,8 @@ def read_spark_events(path: str | Path) -> ChunkResult:
     tasks: list[_Task] = []
     executors: list[tuple[float, int]] = []  # (time, +1/-1)
     events = 0
+    lines = invalid = 0  # non-blank lines, and those that are not JSON
+    first: tuple[str, int, bytes] | None = None  # the first non-blank line
 
     def stage_info(info: dict[str, Any], job: int | None = None) -> None:
         sid = info.get("Stage ID")
@@ -266,9 +284,13 @@ def read_spark_events(path: str | Path) -> ChunkResult:
     for file, n, raw in _lines(path, issues):
         if not raw.strip():
             continue
+        lines += 1
+        if first is None:
+            first = (file, n, raw)
         try:
             ev = json.loads(raw)
         except ValueError as exc:
+            invalid += 1
             issues.add("invalid JSON", file, detail=f"{exc}: {raw[:80]!r}", line=n)
             continue
         if not isinstance(ev, dict) or not isinstance(ev.get("Event"), str):
@@ -341,8 +363,10 @@ def read_spark_events(path: str | Path) -> ChunkResult:
                 line=n,
             )
     if events == 0 and not issues.counts.get("truncated compressed stream"):
-        # a stream cut before its first line is counted once, as truncated, above
-        issues.add("no Spark listener events (skipped)", str(path))
+        # not an event log (a stream cut before its first line is counted once, as
+        # truncated, above): one input not read, not its lines as malformed events
+        issues = ReadIssues()
+        issues.add(NO_EVENTS, str(path), detail=_not_events_detail(lines, invalid, first))
     return _records(
         str(path),
         app_name,
@@ -354,6 +378,26 @@ def read_spark_events(path: str | Path) -> ChunkResult:
         tasks,
         executors,
         issues,
+    )
+
+
+def _not_events_detail(lines: int, invalid: int, first: tuple[str, int, bytes] | None) -> str:
+    """What a file without Spark listener events holds, in words."""
+    if first is None:
+        return "it holds only blank lines"
+    file, n, raw = first
+    other = lines - invalid
+    kinds = ", ".join(
+        text
+        for count, text in (
+            (invalid, f"{invalid:,} invalid JSON"),
+            (other, f'{other:,} JSON but not an object with an "Event" name'),
+        )
+        if count
+    )
+    return (
+        f"none of its {lines:,} non-blank line(s) is a Spark listener event ({kinds}); "
+        f"{Path(file).name} line {n}: {raw[:80]!r}"
     )
 
 

@@ -184,29 +184,70 @@ def test_no_usable_rows_error_shows_the_first_issue_of_each_reason(tmp_path: Pat
     assert res.exit_code == 1 and "lacks ['stage']" in res.output
 
 
-def test_corrupt_parquet_is_counted_as_one_file(tmp_path: Path) -> None:
-    """A file none of whose rows can be read is one file (its rows in the detail), not
-    "20218 x unreadable row group"; a damaged row group of a file read in parts is rows."""
-    from logs_analysis.readers.native import plan_parquet
-
-    rows = [_native_row(i) for i in range(400)]
-    table = pa.table({c: [r[c] for r in rows] for c in REQUIRED_COLUMNS})
-    path = tmp_path / "corrupt.parquet"
-    pq.write_table(table, path, row_group_size=100, compression="snappy")
-    chunks, _ = plan_parquet(path, chunk_rows=200)
-    assert [c.estimated_rows for c in chunks] == [200, 200]
+def _damage_row_group(path: Path, row_group: int, column: str = "size_bytes") -> None:
+    """Overwrite the pages of one column chunk of one row group, so that row group alone no
+    longer decodes (pyarrow: "Couldn't deserialize thrift")."""
+    meta = pq.ParquetFile(path).metadata.row_group(row_group)
+    chunk = next(
+        meta.column(j) for j in range(meta.num_columns) if meta.column(j).path_in_schema == column
+    )
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
     data = bytearray(path.read_bytes())
-    data[100 : len(data) // 3] = bytes(len(data) // 3 - 100)  # the first row groups' pages
+    data[start : start + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
     path.write_bytes(bytes(data))
+
+
+def test_damaged_parquet_counts_one_file_however_it_is_chunked(
+    real_rows: pa.Table, tmp_path: Path
+) -> None:
+    """A Parquet log with damaged row groups is one damaged file whether it is read in one
+    chunk or in several (in parallel): the row groups that decode are kept, the same rows
+    either way, and a bad row after the damage keeps its place in the file."""
+    from logs_analysis.aggregate import AggregateConfig, aggregate
+    from logs_analysis.readers.native import DAMAGED_FILE, plan_parquet
+
+    rows = real_rows.slice(0, 320)
+    read_ops = rows["read_ops"].to_pylist()
+    read_ops[250] = -1  # a bad row in a row group that still decodes
+    rows = rows.set_column(rows.schema.get_field_index("read_ops"), "read_ops", pa.array(read_ops))
+    path = tmp_path / "damaged.parquet"
+    pq.write_table(rows, path, row_group_size=40, compression="snappy")
+    assert pq.ParquetFile(path).metadata.num_row_groups == 8
+    for row_group in (1, 2, 5):  # rows 40-119 and 200-239
+        _damage_row_group(path, row_group)
+    kept_rows = 320 - 3 * 40 - 1
+    results = {}
+    for chunk_rows in (None, 40, 80, 160):  # one chunk; 8, 4 and 2 chunks
+        chunks, planned = plan_parquet(path, chunk_rows=chunk_rows)
+        assert not planned
+        agg = aggregate(chunks, AggregateConfig(scheduler="sync"), paths=[path])
+        results[chunk_rows] = agg
+        assert agg.rows == kept_rows, chunk_rows
+        assert agg.issues.counts == {DAMAGED_FILE: 1, "negative read_ops": 1}, chunk_rows
+        assert agg.issues.malformed == 2 and agg.issues.skipped_inputs == 0
+        bad_row = [e for e in agg.issues.examples if e.reason == "negative read_ops"]
+        assert [e.location for e in bad_row] == ["row 250"], chunk_rows
+        # the examples name the damaged rows (one per damaged part a chunk met)
+        damaged: set[int] = set()
+        for e in agg.issues.examples:
+            if e.reason == DAMAGED_FILE:
+                first, last = map(int, e.location.removeprefix("rows ").split("-"))
+                damaged.update(range(first, last + 1))
+        assert damaged == {*range(40, 120), *range(200, 240)}, chunk_rows
+    # the same rows whatever the chunks: same bytes and operations
+    totals = {k: (a.totals["bytes"], a.totals["ops"]) for k, a in results.items()}
+    assert len(set(totals.values())) == 1, totals
+    # read in memory too
+    table, issues = read_table([path])
+    assert table.num_rows == kept_rows and issues.counts[DAMAGED_FILE] == 1
+    # every row group damaged: one file, its rows in the detail, no usable row
+    for row_group in (0, 3, 4, 6, 7):
+        _damage_row_group(path, row_group)
     with pytest.raises(InputError) as exc:
         read_table([path])
     message = str(exc.value)
-    assert "(1 x unreadable Parquet file (skipped))" in message
-    assert f"{path} rows 0-399: the whole file (400 rows): " in message
-    # read in two chunks, the damaged first one is its rows
-    first = chunks[0].load().issues
-    assert first.counts == {"unreadable row group": 200}
-    assert first.examples[0].location == "rows 0-199"
+    assert f"(1 x {DAMAGED_FILE})" in message
+    assert f"{path} rows 0-319: the whole file (320 rows): " in message
 
 
 def test_jsonl_integer_out_of_its_column_range_is_counted(tmp_path: Path) -> None:
@@ -764,6 +805,44 @@ def test_non_numeric_spark_metrics_are_malformed_events(tmp_path: Path) -> None:
     ]
 
 
+def test_event_log_without_listener_events_is_an_input_not_read(
+    spark_dir: Path, tmp_path: Path
+) -> None:
+    """A rolling event-log directory whose events file holds no listener event (here the
+    README of the real logs) is one input not read, beside the real logs, and says what it
+    holds; its lines are not counted as malformed events."""
+    from logs_analysis.issues import SKIPPED_INPUT_REASONS
+    from logs_analysis.readers.spark import NO_EVENTS
+
+    assert NO_EVENTS in SKIPPED_INPUT_REASONS
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "local-1430917381534").write_bytes((spark_dir / "local-1430917381534").read_bytes())
+    rolling = logs / "eventlog_v2_app-0001"
+    rolling.mkdir()
+    readme = (spark_dir / "README.md").read_text()
+    (rolling / "events_1_app-0001").write_text(readme)
+    n_lines = sum(1 for line in readme.splitlines() if line.strip())
+    table, issues = read_table([logs])
+    assert table.num_rows > 0  # the real log is read
+    assert issues.counts == {NO_EVENTS: 1}
+    assert issues.skipped_inputs == 1 and issues.malformed == 0
+    (example,) = issues.examples
+    assert example.source == str(rolling)
+    assert f"none of its {n_lines} non-blank line(s) is a Spark listener event" in example.detail
+    assert "events_1_app-0001 line 1" in example.detail
+    # a file forced as Spark that holds JSON objects of another kind says so
+    jsonl = _write_jsonl(tmp_path / "rows.jsonl", [_native_row(i) for i in range(3)])
+    with pytest.raises(InputError, match='3 JSON but not an object with an "Event" name'):
+        read_table([jsonl], LogFormat.SPARK)
+    # and the report counts it as an input not read
+    res = _report([str(logs), "--out", str(tmp_path / "out" / "r.html")])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "out" / "r.json").read_text())
+    assert report["issues"]["skipped_inputs"] == 1 and report["issues"]["malformed"] == 0
+    assert report["report_version"] == 3
+
+
 def test_compressed_log_cut_before_its_first_line_is_counted_once(tmp_path: Path) -> None:
     stream = _zstd(_spark_bytes(_spark_events(40)))
     cut = tmp_path / "app-cut.zstd"
@@ -771,3 +850,14 @@ def test_compressed_log_cut_before_its_first_line_is_counted_once(tmp_path: Path
     result = read_spark_events(cut)
     assert result.table.num_rows == 0  # one zstd block: nothing decodes before the cut
     assert result.issues.counts == {"truncated compressed stream": 1}
+
+
+def test_csv_output_is_checked_with_the_others(tmp_path: Path) -> None:
+    from logs_analysis.report import check_output_paths, csv_path_for
+
+    html = tmp_path / "report.html"
+    assert csv_path_for(html) == tmp_path / "report.groups.csv"
+    log = tmp_path / "report.groups.csv"
+    check_output_paths(html, [log])  # without --csv the CSV is not written
+    with pytest.raises(OutputError, match="the CSV beside --out .* would overwrite the input"):
+        check_output_paths(html, [log], csv=True)

@@ -1,0 +1,268 @@
+"""Row filters of the report (``--pipeline``, ``--since``, ``--until``), on real logs.
+
+The real rows (``real_rows``, written as Parquet in ``native_dir``) are 108 Spark records of
+pipeline "Spark shell" (100 created in 2015, 8 in 2018) and 214 Darshan records of pipeline
+"dxt" (created on 2020-04-21 from 07:45:33 to 08:10:00 UTC).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from click.testing import CliRunner
+
+from logs_analysis.errors import AnalysisConfigError
+from logs_analysis.report import ReportConfig
+
+UTC = dt.timezone.utc
+
+
+def _report(args: list[str]) -> Any:
+    from logs_analysis.cli import report_command
+
+    return CliRunner().invoke(report_command, [*args, "--no-progress"])
+
+
+def _aggregate(paths: list[Path], **options: Any) -> Any:
+    from logs_analysis.aggregate import AggregateConfig, aggregate
+    from logs_analysis.formats import discover
+    from logs_analysis.readers import plan
+
+    sources, issues = discover(paths)
+    chunks, more = plan(sources)
+    issues.merge(more)
+    return aggregate(
+        chunks, AggregateConfig(scheduler="sync", **options), issues=issues, paths=paths
+    )
+
+
+def _created_at_least(rows: pa.Table, when: dt.datetime) -> pa.Table:
+    return rows.filter(pc.greater_equal(rows["created_at"], when.timestamp()))
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def test_config_checks_the_filters_when_made() -> None:
+    config = ReportConfig(
+        pipelines=("dxt", "merge", "dxt"),
+        since="2020-04-21T09:45:33+02:00",
+        until="2020-04-22",
+    )
+    assert config.pipelines == ("dxt", "merge")  # a name given twice counts once
+    assert config.since == dt.datetime(2020, 4, 21, 7, 45, 33, tzinfo=UTC)
+    assert config.until == dt.datetime(2020, 4, 22, tzinfo=UTC)  # no offset: UTC
+    assert config.row_filter.active and not ReportConfig().row_filter.active
+    with pytest.raises(
+        AnalysisConfigError,
+        match=r"--since 2020-04-22T00:00:00\+00:00 is not before --until "
+        r"2020-04-21T00:00:00\+00:00",
+    ):
+        ReportConfig(since="2020-04-22", until="2020-04-21")
+    with pytest.raises(AnalysisConfigError, match="is not before --until"):
+        ReportConfig(since="2020-04-22T02:00+02:00", until="2020-04-22")  # the same instant
+    with pytest.raises(AnalysisConfigError, match=r"since='yesterday' \(--since\) is not an ISO"):
+        ReportConfig(since="yesterday")
+    with pytest.raises(AnalysisConfigError, match=r"until=1587455133 \(--until\) must be"):
+        ReportConfig(until=1587455133)
+    with pytest.raises(AnalysisConfigError, match="must be a sequence of pipeline names"):
+        ReportConfig(pipelines="dxt")
+    with pytest.raises(AnalysisConfigError, match="must be a non-empty string"):
+        ReportConfig(pipelines=("",))
+
+
+def test_cli_refuses_a_range_that_holds_no_time(tmp_path: Path) -> None:
+    res = _report(
+        [str(tmp_path), "--since", "2020-04-22", "--until", "2020-04-21T12:00", "-o", "r.html"]
+    )
+    assert res.exit_code == 2, res.output  # a usage error, before any input is read
+    assert "--since 2020-04-22T00:00:00+00:00 is not before --until" in res.output
+    assert "2020-04-21T12:00:00+00:00" in res.output
+
+
+# ----------------------------------------------------------------------------- the pass
+
+
+def test_filters_select_the_rows_of_every_summary(
+    native_dir: Path, real_rows: pa.Table, tmp_path: Path
+) -> None:
+    from logs_analysis.filters import RowFilter
+
+    logs = tmp_path / "logs"
+    shutil.copytree(native_dir, logs)
+    first = min(logs.glob("*.parquet"))
+    shutil.copyfile(first, logs / "copy.parquet")  # its rows again: duplicates
+    since = dt.datetime(2016, 1, 1, tzinfo=UTC)
+    everything = _aggregate([logs])
+    agg = _aggregate(
+        [logs], row_filter=RowFilter(pipelines=("Spark shell",), since=since.isoformat())
+    )
+    spark = real_rows.filter(pc.equal(real_rows["pipeline"], "Spark shell"))
+    expected = _created_at_least(spark, since)
+    assert 0 < expected.num_rows < spark.num_rows  # the 2018 application only
+    assert agg.rows == expected.num_rows
+    assert agg.usable_rows == everything.rows == real_rows.num_rows
+    assert agg.filtered.removed == {
+        "pipeline": real_rows.num_rows - spark.num_rows,
+        "created_at": spark.num_rows - expected.num_rows,
+    }
+    # issues do not depend on the filters: the duplicates are counted either way
+    assert agg.issues.counts == everything.issues.counts
+    assert sum(agg.issues.counts.values()) > 0
+    # every summary holds only the rows selected
+    assert agg.totals["bytes"] == pc.sum(expected["size_bytes"]).as_py()
+    assert agg.totals["created_min"] >= since.timestamp()
+    assert set(agg.runs["pipeline"]) == {"Spark shell"}
+    assert set(agg.runs["run_id"]) == set(expected["run_id"].to_pylist())
+    assert agg.histogram("density", "pipeline").keys() == ["Spark shell"]
+    assert set(agg.sample["pipeline"]) == {"Spark shell"}
+    assert (agg.sample["created_at"] >= since.timestamp()).all()
+    assert sum(agg.sources.values()) == expected.num_rows
+
+
+def test_a_filter_that_keeps_few_rows_still_fills_the_sample(
+    native_dir: Path, real_rows: pa.Table
+) -> None:
+    """The sampling rate is set for all rows (100 of 322); when the filter keeps 108 of them,
+    the sample is drawn again at the rate of those, not left at a third of its size."""
+    from logs_analysis.filters import RowFilter
+
+    spark = real_rows.filter(pc.equal(real_rows["pipeline"], "Spark shell")).num_rows
+    agg = _aggregate(
+        [native_dir], sample_rows=100, row_filter=RowFilter(pipelines=("Spark shell",))
+    )
+    assert agg.rows == spark
+    assert set(agg.sample["pipeline"]) == {"Spark shell"}
+    assert len(agg.sample) >= 75, len(agg.sample)  # about 100; at the first rate about 33
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def test_report_says_which_filters_removed_which_rows(
+    native_dir: Path, real_rows: pa.Table, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from logs_analysis.report import CSV_COLUMNS
+
+    out = tmp_path / "out" / "r.html"
+    until = "2020-04-21T08:00:00"
+    with caplog.at_level(logging.WARNING, logger="logs_analysis.report"):
+        res = _report(
+            [
+                str(native_dir),
+                "--pipeline",
+                "dxt",
+                "--pipeline",
+                "Spark shel",  # a typo: no such pipeline
+                "--until",
+                until,
+                "--csv",
+                "-o",
+                str(out),
+            ]
+        )
+    assert res.exit_code == 0, res.output
+    dxt = real_rows.filter(pc.equal(real_rows["pipeline"], "dxt"))
+    later = _created_at_least(dxt, dt.datetime.fromisoformat(until).replace(tzinfo=UTC))
+    kept_rows = dxt.num_rows - later.num_rows
+    assert 0 < kept_rows < dxt.num_rows
+    removed = real_rows.num_rows - kept_rows
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["filters"] == {
+        "applied": True,
+        "pipelines": ["dxt", "Spark shel"],
+        "since": None,
+        "until": "2020-04-21T08:00:00+00:00",
+        "removed": {
+            "pipeline": real_rows.num_rows - dxt.num_rows,
+            "created_at": dxt.num_rows - kept_rows,
+        },
+        "unknown_pipelines": ["Spark shel"],
+    }
+    assert data["rows"]["usable"] == real_rows.num_rows
+    assert data["rows"]["removed_by_filters"] == removed
+    assert data["rows"]["selected"] == data["totals"]["files"] == kept_rows
+    assert data["totals"]["pipelines"] == 1
+    assert [d["key"] for d in data["density"]["pipeline"]] == [["dxt"]]
+    assert sum(s["rows"] for s in data["inputs"]["sources"]) == kept_rows
+    assert f"{kept_rows:,} files (the filters removed {removed:,} of 322)" in res.output
+    # the name that matched nothing: a warning naming the pipelines there are
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "--pipeline 'Spark shel' matches no usable row" in warned
+    assert "did you mean 'Spark shell'" in warned
+    assert "dxt (214 files), Spark shell (108 files)" in warned
+    # the HTML says it too
+    html = out.read_text()
+    assert "Filters applied: pipeline dxt or Spark shel; created before " in html
+    assert f"They removed {removed:,} of 322 usable rows" in html
+    assert "<code>Spark shel</code>" in html
+    # --csv: the per-group table beside the HTML, named in the JSON
+    csv_path = out.with_name("r.groups.csv")
+    assert data["outputs"] == {"csv": ["r.groups.csv"]}
+    assert str(csv_path) in res.output and "r.groups.csv" in html
+    lines = csv_path.read_text().splitlines()
+    assert lines[0] == ",".join(CSV_COLUMNS)
+    groups = [d for v in ("density", "lifetime", "size") for g in data[v].values() for d in g]
+    assert len(lines) == 1 + len(groups)
+    row = next(line.split(",") for line in lines if line.startswith("density,"))
+    assert row[2:5] == ["overall", "all", str(kept_rows)]
+    assert float(row[CSV_COLUMNS.index("p50")]) == pytest.approx(
+        data["density"]["overall"][0]["quantiles"]["p50"]
+    )
+
+
+def test_filters_that_keep_nothing_end_with_a_clear_message(
+    native_dir: Path, tmp_path: Path
+) -> None:
+    out = str(tmp_path / "r.html")
+    res = _report([str(native_dir), "--pipeline", "nope", "-o", out])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    message = " ".join(res.output.split())
+    assert message.startswith("Error: the filters leave none of the 322 usable rows to analyse")
+    assert "--pipeline 'nope' matches no usable row" in message
+    assert "the pipelines in these logs are: dxt (214 files), Spark shell (108 files)" in message
+    res = _report([str(native_dir), "--pipeline", "dxt", "--since", "2030-01-01", "-o", out])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    message = " ".join(res.output.split())
+    assert "--since 2030-01-01T00:00:00+00:00 keeps none of the 214 rows of pipeline dxt" in message
+    assert "created from 2020-04-21T07:45:33+00:00 to 2020-04-21T08:10:00+00:00 (UTC)" in message
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_spark_and_darshan_logs_are_filtered_by_creation_time(
+    spark_dir: Path, darshan_log: Path, real_rows: pa.Table, tmp_path: Path
+) -> None:
+    """Spark records are created at their task's launch, Darshan records at their first open:
+    2016-2019 keeps only the 2018 Spark application."""
+    out = tmp_path / "r.html"
+    res = _report(
+        [str(spark_dir), str(darshan_log), "--since", "2016", "--until", "2019", "-o", str(out)]
+    )
+    assert res.exit_code == 2 and "not an ISO 8601" in res.output  # a year alone is not a date
+    res = _report(
+        [
+            str(spark_dir),
+            str(darshan_log),
+            *("--since", "2016-01-01", "--until", "2019-01-01T00:00:00Z", "-o", str(out)),
+        ]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.with_suffix(".json").read_text())
+    in_2018 = _created_at_least(real_rows, dt.datetime(2016, 1, 1, tzinfo=UTC))
+    in_2018 = in_2018.filter(
+        pc.less(in_2018["created_at"], dt.datetime(2019, 1, 1, tzinfo=UTC).timestamp())
+    )
+    assert set(in_2018["run_id"].to_pylist()) == {"application_1506645932520_24630151"}
+    assert data["totals"]["files"] == in_2018.num_rows and data["totals"]["runs"] == 1
+    assert data["filters"]["removed"] == {"created_at": real_rows.num_rows - in_2018.num_rows}
+    by_source = {Path(s["path"]).name: s["rows"] for s in data["inputs"]["sources"]}
+    assert by_source["application_1506645932520_24630151"] == in_2018.num_rows
+    assert by_source["local-1430917381534"] == 0 and by_source["dxt.darshan"] == 0
