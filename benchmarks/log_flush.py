@@ -7,7 +7,8 @@ whole log directory, one small Parquet file per flush, when it starts. This meas
 * a flush of 1, 50, 200 and 2,000 rows (:meth:`placement.logwriter.LogWriter.flush`):
   median time and file size, in a warm process (``LogWriter.prepare`` done);
 * the read of a directory of many small files (:func:`placement.logwriter.read_logs`),
-  per file, as the scheduler's history read does.
+  per file, as the scheduler's history read does; then the same directory compacted
+  (:func:`placement.compact.compact`, ``dataplane placement compact``) and read again.
 
 It prints a table and never asserts. Results go to
 ``benchmarks/results/log_flush-<time>.json``.
@@ -34,6 +35,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 from benchmarks._common import format_table, machine_info, write_results  # noqa: E402
+from placement.compact import compact  # noqa: E402
 from placement.logwriter import LogWriter, read_logs  # noqa: E402
 
 
@@ -76,7 +78,8 @@ def flush_cost(rows: int, repeats: int) -> dict[str, float]:
 
 
 def read_cost(files: int, rows_per_file: int) -> dict[str, float]:
-    """Seconds to read a directory of ``files`` flushes of ``rows_per_file`` rows."""
+    """Seconds to read a directory of ``files`` flushes of ``rows_per_file`` rows, to
+    compact it, and to read it compacted."""
     with tempfile.TemporaryDirectory(prefix="log-read-") as tmp:
         writer = LogWriter(tmp, max_rows=10**9, max_interval_s=10**9)
         for f in range(files):
@@ -87,8 +90,21 @@ def read_cost(files: int, rows_per_file: int) -> dict[str, float]:
         start = time.perf_counter()
         logs = read_logs(tmp)
         seconds = time.perf_counter() - start
-    assert logs.table.num_rows == files * rows_per_file
-    return {"files": files, "seconds": seconds, "per_file_s": seconds / files}
+        start = time.perf_counter()
+        result = compact(tmp)
+        compact_s = time.perf_counter() - start
+        start = time.perf_counter()
+        compacted = read_logs(tmp)
+        compacted_s = time.perf_counter() - start
+    assert logs.table.num_rows == compacted.table.num_rows == files * rows_per_file
+    return {
+        "files": files,
+        "seconds": seconds,
+        "per_file_s": seconds / files,
+        "compact_s": compact_s,
+        "files_compacted": result.files_after,
+        "compacted_read_s": compacted_s,
+    }
 
 
 def main() -> None:
@@ -110,7 +126,9 @@ def main() -> None:
     read = read_cost(args.files, 50)
     print(
         f"\nread_logs of {args.files} files of 50 rows: {read['seconds']:.2f} s, "
-        f"{1e3 * read['per_file_s']:.2f} ms per file"
+        f"{1e3 * read['per_file_s']:.2f} ms per file; compacted in {read['compact_s']:.2f} s "
+        f"to {read['files_compacted']} file(s), then read in {read['compacted_read_s']:.3f} s "
+        f"({read['seconds'] / read['compacted_read_s']:.0f}x faster)"
     )
     path = write_results(
         "log_flush",

@@ -1,7 +1,7 @@
 """The ``dataplane placement`` command group.
 
-This module defines the group and its ``collect`` sub-command. Other placement modules
-add their own sub-commands without this module importing them up front:
+This module defines the group and its ``collect`` and ``compact`` sub-commands. Other
+placement modules add their own sub-commands without this module importing them up front:
 
 * ``train``, ``evaluate`` and ``simulate`` are looked up lazily in
   ``placement.model_cli`` as ``train_command``, ``evaluate_command`` and
@@ -17,6 +17,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -60,7 +61,7 @@ class _PlacementGroup(click.Group):
 )
 def placement_group() -> None:
     """Learned SSD/HDD placement of intermediate files: collect I/O logs, train, evaluate,
-    simulate."""
+    simulate, compact logs."""
     from placement.openmp import prefer_passive_wait
 
     prefer_passive_wait()  # before LightGBM loads OpenMP (see placement.openmp)
@@ -232,3 +233,60 @@ def collect_command(
         "io_density": summary["total"]["io_density"],
     }
     click.echo(json.dumps(brief, indent=2))
+
+
+@placement_group.command("compact")
+@click.argument("log_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--target-rows",
+    default=1_000_000,
+    show_default=True,
+    type=int,
+    help="Most rows of a merged file.",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="Hide the progress bar (shown only when stderr is a terminal).",
+)
+def compact_command(
+    log_dir: Path, target_rows: int, dry_run: bool, as_json: bool, no_progress: bool
+) -> None:
+    """Merge the small log files of LOG_DIR into files of about --target-rows rows.
+
+    Safe while workers write to LOG_DIR and readers read it: only complete files are
+    merged, and readers skip the files a merged file holds until they are deleted. Files
+    of another schema version, or unreadable, are left alone and listed. Exits 1 when
+    LOG_DIR cannot be compacted (missing, not writable, disk full): nothing is lost then.
+    """
+    from placement.compact import CompactError, compact
+    from placement.errors import PlacementConfigError
+    from placement.jsonout import dumps, utc_timestamp
+
+    bar: Any = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if no_progress or total < 2:
+            return
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc="compact", unit="file", file=sys.stderr, disable=None)
+        bar.update(done - bar.n)
+
+    try:
+        result = compact(log_dir, target_rows=target_rows, dry_run=dry_run, progress=progress)
+    except PlacementConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target-rows") from None
+    except CompactError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    if as_json:
+        click.echo(dumps({**result.to_json_dict(), "created": utc_timestamp()}, indent=2))
+    else:
+        click.echo(result.text())

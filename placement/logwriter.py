@@ -35,6 +35,16 @@ loses the rows of the files deleted during its last ``flush_interval_s`` seconds
 files still alive never get a row; the next store started on the same tier directories
 removes those files, counts them and records the count beside the logs
 (:meth:`LogWriter.record_unlogged`, read back in :attr:`LogSet.unlogged`).
+
+Compacted directories
+---------------------
+``dataplane placement compact`` (:mod:`placement.compact`) merges a directory's small
+files into ``*.compacted.parquet`` files whose metadata lists the files they hold
+(:mod:`placement.compacted`). Readers skip a file that a merged file of its directory holds
+(:func:`~placement.compacted.skip_compacted`, applied by :func:`log_files`), and read a file
+listed, then merged and deleted before its read, from the merged file
+(:func:`~placement.compacted.read_covered`): each row is read
+once while a compaction runs or after one stopped between its rename and its deletes.
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from placement.compacted import read_covered, skip_compacted
 from placement.errors import PlacementConfigError, PlacementError, SchemaError
 from placement.schema import SCHEMA, conform
 
@@ -521,7 +532,10 @@ def log_files(
 
     Hidden names below ``path`` are skipped: in-progress ``.tmp`` files and hidden
     directories, such as the ``.parts-*`` of a collection still running or interrupted
-    (:func:`placement.collect.collect`); give such a directory itself to read it.
+    (:func:`placement.collect.collect`); give such a directory itself to read it. So are
+    the files a merged file of the same directory holds
+    (:func:`~placement.compacted.skip_compacted`): a directory's rows are each listed once
+    while it is being compacted.
 
     Parameters
     ----------
@@ -563,7 +577,7 @@ def log_files(
         found.extend(
             Path(root) / n for n in names if n.endswith(LOG_SUFFIX) and not n.startswith(".")
         )
-    return sorted(found)
+    return skip_compacted(found, relist=True)
 
 
 def kept_parts_dirs(path: str | os.PathLike[str]) -> list[Path]:
@@ -606,16 +620,37 @@ def read_logs(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) 
 
     Files that cannot be read or do not fit the schema, and directories that cannot be
     listed, are skipped and listed in :attr:`LogSet.bad_files`; they never stop the others
-    from being read. The records of
-    temporary files that went without a row, in the directories read, are collected in
+    from being read. A directory being compacted is read with each row once: the files a
+    merged file holds are skipped (:func:`~placement.compacted.skip_compacted`), and a file
+    listed but merged and deleted before its read is read from the merged file
+    (:func:`~placement.compacted.read_covered`), as is a path given that is gone and that a
+    merged file holds. The records of temporary files
+    that went without a row, in the directories read, are collected in
     :attr:`LogSet.unlogged` (an unreadable one is listed in :attr:`LogSet.bad_files`).
+
+    Raises
+    ------
+    FileNotFoundError
+        If a path given is neither a file nor a directory, and no merged file holds it.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files: list[Path] = []
     unlogged: list[dict[str, Any]] = []
     bad: list[tuple[Path, str]] = []
+    tables: list[pa.Table] = []
+    good: list[Path] = []
     for p in paths:
+        if not os.path.lexists(p):  # a file listed earlier, merged and deleted since?
+            try:
+                covered = read_covered(p)
+                if covered is not None:
+                    tables.append(conform(covered))
+                    good.append(Path(p))
+                    continue
+            except (OSError, pa.ArrowException, SchemaError) as exc:
+                bad.append((Path(p), f"{type(exc).__name__}: {exc}"))
+                continue
         files.extend(log_files(p, unreadable=bad))
         for record_file in unlogged_record_files(p):
             try:
@@ -626,11 +661,17 @@ def read_logs(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) 
                 bad.append((record_file, f"{type(exc).__name__}: {exc}"))
                 continue
             unlogged.append({**record, "path": str(record_file)})
-    tables: list[pa.Table] = []
-    good: list[Path] = []
     for f in files:
         try:
-            tables.append(conform(pq.read_table(f)))
+            try:
+                table = pq.read_table(f)
+            except FileNotFoundError:
+                # merged and deleted since it was listed: its rows are in the merged file
+                covered = read_covered(f)
+                if covered is None:
+                    raise
+                table = covered
+            tables.append(conform(table))
             good.append(f)
         except (OSError, pa.ArrowException, SchemaError) as exc:
             bad.append((f, f"{type(exc).__name__}: {exc}"))

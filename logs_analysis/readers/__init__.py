@@ -26,10 +26,20 @@ __all__ = ["Chunk", "ChunkResult", "plan", "read_table"]
 
 
 def plan(sources: Sequence[Source]) -> tuple[list[Chunk], ReadIssues]:
-    """Chunks of every source, and the issues met while planning (unusable files)."""
+    """Chunks of every source, and the issues met while planning (unusable files).
+
+    Parquet logs that a merged log file among the sources holds (a directory being
+    compacted: :func:`~logs_analysis.readers.native.skip_compacted_files`) are left out.
+    """
+    from logs_analysis.readers.native import skip_compacted_files
+
     chunks: list[Chunk] = []
     issues = ReadIssues()
+    # files a merged log file beside them holds: read from the merged file only
+    held = skip_compacted_files([s.path for s in sources if s.container is Container.PARQUET])
     for source in sources:
+        if source.path in held:
+            continue
         found: Sequence[Chunk]
         if source.container is Container.PARQUET:
             from logs_analysis.readers.native import plan_parquet

@@ -16,6 +16,11 @@ Parquet
     :data:`DAMAGED_FILE` however many of its chunks are damaged, each damaged part an
     example with its rows. So a file read in one chunk or in several keeps the same rows
     and counts the same. Rows are located by their 0-based index in the file.
+Compacted directories
+    A merged log file (``*.compacted.parquet``, :mod:`placement.compact`) lists the files
+    it holds; those found beside it are not read (:func:`skip_compacted_files`, applied
+    by :func:`logs_analysis.readers.plan`), and one listed but merged and deleted before
+    it is planned or read is read from the merged file, so each row is read once.
 JSON lines
     One JSON object per line with log-schema keys. Split into byte ranges of about
     :data:`BLOCK_BYTES`; a line belongs to the block its first byte lies in. A block is
@@ -41,6 +46,7 @@ import pyarrow.parquet as pq
 
 from logs_analysis.issues import ReadIssues
 from logs_analysis.readers.base import ChunkResult
+from placement.compacted import COMPACTED_SUFFIX, covering_part, skip_compacted
 from placement.errors import SchemaError
 from placement.schema import REQUIRED_COLUMNS, SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY, conform
 
@@ -52,6 +58,7 @@ __all__ = [
     "ParquetChunk",
     "plan_jsonl",
     "plan_parquet",
+    "skip_compacted_files",
 ]
 
 #: Most rows in one Parquet chunk (whole row groups; a larger row group is one chunk).
@@ -99,6 +106,18 @@ class ParquetChunk:
                     table = _read_groups(pf, list(self.row_groups))
                 except _READ_ERRORS:
                     return self._load_each(pf, issues)  # keep the row groups that read
+        except FileNotFoundError as exc:  # merged and deleted since planned?
+            try:
+                covered = _read_covered_rows(
+                    self.source, self.first_row, self.estimated_rows, self.dictionary_columns
+                )
+            except _READ_ERRORS as again:
+                exc = FileNotFoundError(f"{exc}; its merged file: {again}")
+                covered = None
+            if covered is None:
+                self._damaged(issues, self.first_row, self.estimated_rows, exc)
+                return ChunkResult(SCHEMA.empty_table(), issues, self.source, self.first_row)
+            return ChunkResult(covered, issues, self.source, self.first_row)
         except (OSError, pa.ArrowException) as exc:  # it cannot be opened any more
             self._damaged(issues, self.first_row, self.estimated_rows, exc)
             return ChunkResult(SCHEMA.empty_table(), issues, self.source, self.first_row)
@@ -198,18 +217,72 @@ def conform_keeping_dictionaries(table: pa.Table) -> pa.Table:
     return out.unify_dictionaries()
 
 
+def _read_covered_rows(
+    source: str, first_row: int, rows: int, dictionary_columns: tuple[str, ...]
+) -> pa.Table | None:
+    """Rows ``first_row`` to ``first_row + rows - 1`` of log file ``source``, gone, read from
+    the merged file that holds it now (:func:`placement.compacted.covering_part`), only
+    the row groups holding them; ``None`` if no merged file holds it.
+
+    Raises
+    ------
+    OSError, pyarrow.ArrowException, SchemaError
+        If the merged file cannot be read.
+    """
+    found = covering_part(source)
+    if found is None:
+        return None
+    merged, part = found
+    start = part.first_row + first_row
+    n = max(min(rows, part.rows - first_row), 0)
+    with pq.ParquetFile(merged, read_dictionary=list(dictionary_columns) or None) as pf:
+        groups: list[int] = []
+        first = row = 0
+        for rg in range(pf.metadata.num_row_groups):
+            k = pf.metadata.row_group(rg).num_rows
+            if row < start + n and row + k > start:
+                if not groups:
+                    first = row
+                groups.append(rg)
+            row += k
+        if not groups:
+            return SCHEMA.empty_table()
+        return _read_groups(pf, groups).slice(start - first, n)
+
+
+def _plan_covered(source: str, chunk_rows: int) -> list[ParquetChunk] | None:
+    """Chunks of log file ``source``, gone since it was listed, that read its rows from
+    the merged file holding it now (:meth:`ParquetChunk.load`); ``None`` if none does."""
+    found = covering_part(source)
+    if found is None:
+        return None
+    _, part = found
+    present = tuple(DICTIONARY_COLUMNS)  # a merged file has every column of the schema
+    return [
+        ParquetChunk(source, (), first, min(chunk_rows, part.rows - first), present, part.rows)
+        for first in range(0, part.rows, chunk_rows)
+    ]
+
+
 def plan_parquet(
     path: str | os.PathLike[str], chunk_rows: int | None = None
 ) -> tuple[list[ParquetChunk], ReadIssues]:
     """Chunks of one Parquet log file; a file that cannot be used is an issue, not an error.
 
-    ``chunk_rows`` defaults to :data:`CHUNK_ROWS`.
+    ``chunk_rows`` defaults to :data:`CHUNK_ROWS`. A log file merged and deleted since it
+    was listed (:mod:`placement.compact`) is read from the merged file holding it.
     """
     chunk_rows = chunk_rows or CHUNK_ROWS
     source = str(path)
     issues = ReadIssues()
     try:
         pf = pq.ParquetFile(source)
+    except FileNotFoundError as exc:
+        covered = _plan_covered(source, chunk_rows)
+        if covered is not None:
+            return covered, issues
+        issues.add(UNREADABLE_FILE, source, detail=str(exc))
+        return [], issues
     except (OSError, pa.ArrowException) as exc:
         issues.add(UNREADABLE_FILE, source, detail=str(exc))
         return [], issues
@@ -252,6 +325,17 @@ def plan_parquet(
     if group:
         chunks.append(ParquetChunk(source, tuple(group), first, group_rows, present, file_rows))
     return chunks, issues
+
+
+def skip_compacted_files(paths: list[Path]) -> set[Path]:
+    """The Parquet log files among ``paths`` that a merged log file also among them, in the
+    same directory, holds (:func:`placement.compacted.skip_compacted`): a directory being
+    compacted, or whose compaction stopped before deleting them. Their rows are read from
+    the merged file, so these are not read (nor counted as duplicate rows)."""
+    if not any(p.name.endswith(COMPACTED_SUFFIX) for p in paths):
+        return set()
+    kept = set(skip_compacted(paths))
+    return {p for p in paths if p not in kept}
 
 
 @dataclasses.dataclass(frozen=True)
