@@ -41,6 +41,62 @@ def test_posix_counters_become_rows(darshan_log: Path) -> None:
     assert (t["n_workers"] == job["nprocs"]).all()
 
 
+def _records_by_file_id(darshan_log: Path) -> tuple[dict[str, dict], dict]:
+    """Each POSIX record of the log as named counters, keyed ``<job id>/<rank>/<record id>``
+    (standard streams left out), read one record at a time; and the job's metadata."""
+    import darshan
+    from darshan.backend.cffi_backend import counter_names, fcounter_names
+
+    report = darshan.DarshanReport(str(darshan_log), read_all=False)
+    report.mod_read_all_records("POSIX", dtype="numpy")
+    names = dict(report.name_records)
+    job = report.metadata["job"]
+    ints, floats = counter_names("POSIX"), fcounter_names("POSIX")
+    records = {}
+    for rec in report.records["POSIX"]:
+        name = names[int(rec["id"])]
+        if name in ("<STDIN>", "<STDOUT>", "<STDERR>"):
+            continue
+        fields = dict(zip(ints, (int(v) for v in rec["counters"]), strict=True))
+        fields.update(zip(floats, (float(v) for v in rec["fcounters"]), strict=True))
+        fields["name"] = name
+        records[f"{job['jobid']}/{int(rec['rank'])}/{int(rec['id'])}"] = fields
+    return records, job
+
+
+def test_each_row_carries_its_own_records_counters(darshan_log: Path) -> None:
+    records, job = _records_by_file_id(darshan_log)
+    start = job["start_time_sec"] + job["start_time_nsec"] * 1e-9
+    end = job["end_time_sec"] + job["end_time_nsec"] * 1e-9
+    rows = read_darshan(darshan_log).table.to_pylist()
+    assert len(rows) == len(records) == 214
+    assert {row["file_id"] for row in rows} == set(records)
+    # the log's counters differ between records, so a row paired with another's shows
+    assert len({r["POSIX_READS"] for r in records.values()}) > 3
+    assert len({r["POSIX_MAX_BYTE_READ"] for r in records.values()}) > 10
+    assert len({str(Path(r["name"]).parent) for r in records.values()}) > 5
+    for row in rows:
+        rec = records[row["file_id"]]
+        where = f"{row['file_id']} ({rec['name']})"
+        assert row["read_ops"] == rec["POSIX_READS"], where
+        assert row["write_ops"] == rec["POSIX_WRITES"], where
+        assert row["read_bytes"] == rec["POSIX_BYTES_READ"], where
+        assert row["write_bytes"] == rec["POSIX_BYTES_WRITTEN"], where
+        largest = max(rec["POSIX_MAX_BYTE_READ"], rec["POSIX_MAX_BYTE_WRITTEN"])
+        assert row["size_bytes"] == (largest + 1 if largest >= 0 else 0), where
+        assert row["created_at"] == pytest.approx(
+            start + rec["POSIX_F_OPEN_START_TIMESTAMP"], abs=1e-6
+        ), where
+        closed = rec["POSIX_F_CLOSE_END_TIMESTAMP"]
+        assert row["deleted_at"] == pytest.approx(
+            max(start + closed if closed > 0 else end, row["created_at"]), abs=1e-6
+        ), where
+        assert row["stage"] == str(Path(rec["name"]).parent), where
+        assert row["worker"] == row["file_id"].split("/")[1], where
+        assert row["job_id"] == str(job["jobid"])
+        assert row["run_id"] == f"dxt-{job['jobid']}-{int(start)}"
+
+
 def test_detection_by_content(darshan_log: Path, tmp_path: Path) -> None:
     renamed = tmp_path / "trace.bin"
     renamed.write_bytes(darshan_log.read_bytes())

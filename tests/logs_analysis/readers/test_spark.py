@@ -92,6 +92,57 @@ def test_spark24_parent_ids_and_executors(spark_dir: Path) -> None:
     assert t["read_bytes"].sum() > 0 and (t["read_bytes"] <= t["size_bytes"]).all()
 
 
+def _task_ends(path: Path) -> dict[int, dict]:
+    """The log's task-end events by task id."""
+    return {
+        e["Task Info"]["Task ID"]: e for e in _events(path) if e["Event"] == "SparkListenerTaskEnd"
+    }
+
+
+def _metric(event: dict, group: str, name: str) -> int:
+    return int(event["Task Metrics"].get(group, {}).get(name, 0))
+
+
+def _shuffle_read(event: dict) -> int:
+    """Bytes a task fetched from map outputs: local + remote."""
+    return _metric(event, "Shuffle Read Metrics", "Local Bytes Read") + _metric(
+        event, "Shuffle Read Metrics", "Remote Bytes Read"
+    )
+
+
+@pytest.mark.parametrize("name", SPARK_LOGS[:2])
+def test_map_outputs_carry_the_bytes_their_reduce_tasks_read(spark_dir: Path, name: str) -> None:
+    path = spark_dir / name
+    t = read_spark_events(path).table.to_pandas()
+    ends = _task_ends(path)
+    # every shuffle read of these applications fetches the map outputs that are rows here
+    fetched = sum(_shuffle_read(e) for e in ends.values())
+    written = sum(
+        _metric(e, "Shuffle Write Metrics", "Shuffle Bytes Written") for e in ends.values()
+    )
+    assert fetched > 0 and written == t["size_bytes"].sum()
+    assert t["read_bytes"].sum() == pytest.approx(fetched, abs=len(t))  # rounding per row
+    # shared among the map outputs in proportion to the bytes each wrote
+    share = t["size_bytes"] * fetched / written
+    assert np.allclose(t["read_bytes"], share, rtol=0, atol=1)
+
+
+@pytest.mark.parametrize("name", SPARK_LOGS[:2])
+def test_input_bytes_are_the_tasks_own_input_and_shuffle_reads(spark_dir: Path, name: str) -> None:
+    path = spark_dir / name
+    t = read_spark_events(path).table.to_pandas()
+    ends = _task_ends(path)
+    task_ids = t["file_id"].str.rsplit("_", n=1).str[-1].astype(int)
+    expected = [
+        _metric(ends[k], "Input Metrics", "Bytes Read") + _shuffle_read(ends[k]) for k in task_ids
+    ]
+    assert t["input_bytes"].tolist() == expected
+    # the map tasks read their input from storage: the log's "Bytes Read" differ by task
+    assert len(set(expected)) > 1 and all(
+        "Input Metrics" in ends[k]["Task Metrics"] for k in task_ids
+    )
+
+
 def test_application_without_shuffle_yields_no_rows(spark_dir: Path) -> None:
     result = read_spark_events(spark_dir / "app-20200706201101-0003")
     assert result.table.num_rows == 0 and not result.issues
