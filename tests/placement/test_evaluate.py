@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from placement.cli import placement_group
 from placement.evaluate import EvaluationConfig, EvaluationError, Split, evaluate, split_masks
-from placement.model import MIN_PIPELINE_ROWS, Combine, ModelParams
+from placement.features import clean_table, log_density
+from placement.model import MIN_PIPELINE_ROWS, Combine, DensityModel, ModelParams
 from placement.schema import UNLABELLED
 from placement.simulator import overlap_runs
 from tests.placement.logtables import make_log
@@ -183,6 +184,42 @@ def test_evaluate_reports_every_policy_and_budget(tmp_path: Path, split: str) ->
     assert "lightgbm" in paths["table"].read_text() and "upper-bound" in paths["table"].read_text()
     assert data["upper_bound"] == result.upper_bound
     assert data["savings_by_kind"] == result.savings_by_kind
+
+
+@pytest.mark.parametrize("split", ["pipeline", "time"])
+def test_the_models_of_each_fold_train_on_its_training_rows_only(
+    monkeypatch: pytest.MonkeyPatch, split: str
+) -> None:
+    """No held-out row (features or outcome) reaches a model that then predicts it."""
+    table = make_log(seed=6)
+    config = EvaluationConfig(split=split, params=FAST, budgets=(0.05,), upper_bound=False)
+    df, _ = clean_table(table)
+    folds = split_masks(df, config)
+    target = log_density(df)
+    seen: list[tuple[list[int], np.ndarray]] = []
+    fit = DensityModel.fit_features
+
+    def observed(self, features, target, weight=None):  # type: ignore[no-untyped-def]
+        seen.append((list(features.index), np.asarray(target, np.float64).copy()))
+        return fit(self, features, target, weight)
+
+    monkeypatch.setattr(DensityModel, "fit_features", observed)
+    evaluate(table, config)
+    rows = np.arange(len(df))
+    if split == "pipeline":  # one model per fold
+        assert len(seen) == len(folds) == 4
+        calls = list(zip(seen, folds, strict=True))
+        global_models = calls
+    else:  # one fold: its global model first, then the per-workload models beside it
+        assert len(folds) == 1 and len(seen) > 1
+        calls = [(call, folds[0]) for call in seen]
+        global_models = calls[:1]
+    for (index, y), (train, _held) in global_models:
+        assert index == rows[train].tolist()
+        np.testing.assert_array_equal(y, target[train])
+    for (index, _y), (train, held) in calls:
+        assert held.any() and set(index) <= set(rows[train])
+        assert not set(index) & set(rows[held])
 
 
 def test_measure_decisions_reports_latency_size_memory() -> None:

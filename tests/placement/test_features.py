@@ -12,6 +12,7 @@ import pytest
 from placement.errors import SchemaError
 from placement.features import (
     FEATURE_COLUMNS,
+    HISTORY_LEVELS,
     PRIOR_SIZE_SLOPES,
     HistoryStore,
     build_features,
@@ -109,6 +110,32 @@ def test_files_without_io_rank_last_without_breaking_history_or_training(
     broken = cold.head(3).copy()
     broken["deleted_at"] = np.nan
     assert np.isnan(log_density(broken)).all()
+
+
+def test_a_file_created_the_instant_a_run_ends_does_not_see_that_run() -> None:
+    """History comes from runs that ended strictly before a file was created: a run whose
+    last file is deleted at the very time another file is created is not yet history."""
+    log = make_log(pipelines=1, runs=2, files_per_stage=3).to_pandas()
+    first = (log["run_id"] == "pipe0-run0").to_numpy()
+    end = float(log.loc[first, "deleted_at"].max())
+    load = np.flatnonzero(((log["run_id"] == "pipe0-run1") & (log["stage"] == "load")).to_numpy())
+    at_end, just_after = load[:2]
+    assert log.loc[at_end, "created_at"] > end  # the runs did not overlap as logged
+    log.loc[at_end, "created_at"] = end
+    log.loc[just_after, "created_at"] = np.nextafter(end, math.inf)
+    feats = build_features(log)
+    levels = [f"h_{level}_n" for level in HISTORY_LEVELS]
+    assert (feats.loc[at_end, levels] == 0).all()
+    assert feats.loc[at_end, [f"h_{level}_ld" for level in HISTORY_LEVELS]].isna().all()
+    # a moment later the first run is history: its 3 load files at the (pipeline, stage) level
+    assert feats.loc[just_after, "h_ps_n"] == pytest.approx(np.log1p(3))
+    assert (feats.loc[just_after, levels] > 0).all()
+    earlier = first & (log["stage"] == "load").to_numpy()
+    assert feats.loc[just_after, "h_ps_ld"] == pytest.approx(log_density(log.loc[earlier]).mean())
+    # the store's own query answers the same
+    store = HistoryStore(log.loc[first])
+    queried = store.features_for(log.loc[[at_end, just_after]])
+    assert queried.loc[0, "h_ps_n"] == 0 and queried.loc[1, "h_ps_n"] == pytest.approx(np.log1p(3))
 
 
 def test_kind_history_comes_from_earlier_runs_of_other_pipelines(log: pd.DataFrame) -> None:

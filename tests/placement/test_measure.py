@@ -29,7 +29,9 @@ def test_measures_every_figure(fitted: tuple[DensityModel, pd.DataFrame, History
     model, df, history = fitted
     d = measure_decisions(model, df, history, single=50, batch_rows=5000)
     assert d["single_samples"] == 50 and d["batched_rows"] == 5000
-    assert 0 < d["single_model_only_us_p50"] < d["single_us_p50"] <= d["single_us_p99"]
+    # each figure is its own measurement: no ordering between the two medians is asserted
+    assert d["single_model_only_us_p50"] > 0
+    assert 0 < d["single_us_p50"] <= d["single_us_p99"]  # quantiles of the same samples
     assert d["batched_per_s"] > 0 and d["batched_per_s_one_thread"] > 0
     assert d["trees"] == 20 and d["model_file_bytes"] > 0
     # a fresh process loaded the model: its RSS is real and it grew

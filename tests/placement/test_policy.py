@@ -67,6 +67,21 @@ def test_small_files_first_with_a_size_limit() -> None:
     assert p.place("big", math.nan, 500, 0.0) is Tier.HDD
 
 
+def test_small_files_first_without_a_size_limit_admits_the_small_files_of_recent_traffic() -> None:
+    """Ranked by size alone (smallest first) under the adaptive threshold: with the SSD 80%
+    full only the smallest files of the recent bytes get in."""
+    p = SmallFilesFirstPolicy(10**6, min_window=10, refresh=1)
+    sizes = np.logspace(2, 5, 60).astype(int)  # 100 bytes .. 100 kB, mixed in time
+    for i, size in enumerate(np.random.default_rng(0).permutation(sizes)):
+        p.place(("warm", i), math.nan, int(size), float(i))  # no density estimate needed
+        p.release(("warm", i), float(i))
+    assert p.place("filler", math.nan, 800_000, 100.0) is Tier.SSD  # empty SSD: anything
+    assert p.ledger.occupancy == pytest.approx(0.8)
+    assert p.place("small", math.nan, 1_000, 101.0) is Tier.SSD
+    assert p.place("large", math.nan, 100_000, 102.0) is Tier.HDD  # it would fit
+    assert p.ledger.used == 801_000
+
+
 def test_adaptive_threshold_admits_all_when_empty_and_only_dense_files_when_full(
     rng: np.random.Generator,
 ) -> None:
@@ -257,17 +272,18 @@ def test_without_a_lifetime_estimate_the_policy_learns_it_from_released_files() 
     p = AdaptiveThresholdPolicy(10**9, cost_model=WEAR)  # no expected_lifetime
     # nothing released yet: the lifetime-free break-even (capacity price only)
     assert p.break_even_log_density() == pytest.approx(math.log10(CostModel().break_even_density()))
-    assert p.place("old", -3.0, 10, 0.0) is Tier.SSD
-    p.place("still-alive", -3.0, 10, 0.0)
+    assert p.place("old", -3.0, 10, 5.0) is Tier.SSD
+    p.place("still-alive", -3.0, 10, 5.0)
     assert p.break_even_log_density() < -8  # a file alive now tells nothing yet
-    p.release("old", 0.1)  # lived 0.1 s
+    p.release("old", 5.1)  # lived 0.1 s (released 5.1 s into the clock)
     assert p.break_even_log_density() == pytest.approx(math.log10(WEAR.break_even_density(0.1)))
-    assert p.place("sparse", -5.0, 10**6, 1.0) is Tier.HDD
+    assert p.place("sparse", -5.0, 10**6, 6.0) is Tier.HDD
     # a NaN estimate for a file falls back on the same learned lifetime
     q = AdaptiveThresholdPolicy(10**9, cost_model=WEAR, expected_lifetime=lambda _id: math.nan)
-    q.place("old", -3.0, 10, 0.0)
-    q.release("old", 0.1)
-    assert q.place("sparse", -5.0, 10**6, 1.0) is Tier.HDD
+    q.place("old", -3.0, 10, 5.0)
+    q.release("old", 5.1)
+    assert q.break_even_log_density(math.nan) == p.break_even_log_density()
+    assert q.place("sparse", -5.0, 10**6, 6.0) is Tier.HDD
 
 
 def test_break_even_leaves_the_baselines_alone_and_validates_options() -> None:

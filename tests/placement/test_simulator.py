@@ -62,10 +62,17 @@ def test_deletions_free_space_before_creations_at_the_same_time() -> None:
 
 
 def test_tco_and_savings_match_the_cost_model() -> None:
-    df = _log([(0.0, 10.0, 10_000, 2), (0.0, 10.0, 10_000, 40), (5.0, 6.0, 5_000, 3)])
+    # the trace starts at t=100 s; the third file arrives as the first leaves
+    df = _log([(100.0, 110.0, 10_000, 2), (100.0, 110.0, 10_000, 40), (110.0, 111.0, 5_000, 3)])
     cost = CostModel()
     r = simulate(df, FirstFitPolicy(15_000), cost, 15_000, keep_tiers=True)
     assert r.tiers.tolist() == [1, 0, 1]
+    assert r.n_files == 3 and r.ssd_files == 2
+    assert r.ssd_bytes == 10_000 + 5_000  # every file that went to SSD, at its final size
+    assert r.peak_ssd_bytes == 10_000  # never both at once
+    # byte-seconds: 10_000 B x 10 s each for the first two, 5_000 B x 1 s for the third
+    assert r.ssd_byte_seconds_share == pytest.approx((100_000 + 5_000) / (2 * 100_000 + 5_000))
+    assert r.duration_s == pytest.approx(111.0 - 100.0)  # first creation to last deletion
     life = np.array([10.0, 10.0, 1.0])
     size = np.array([10_000.0, 10_000.0, 5_000.0])
     ops = np.array([2.0, 40.0, 3.0])

@@ -377,9 +377,7 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
             what="leases to expire",
         )
         before = totals(client)
-        start = time.perf_counter()
         result = run_pipeline(client, SMALL, pipeline=f"it-{fault}")
-        wall = time.perf_counter() - start
         made = delta(totals(client), before)
         del held  # SSD files go while the ledger cannot hear of it
         settle(client)
@@ -388,7 +386,7 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
         unheard_s = time.perf_counter() - cut_off
     finally:
         client.run_on_scheduler(restore_sync_handler)
-    assert result.verified and wall < 30
+    assert result.verified
     rows = run_rows(service.log_dir, result.run_id)
     assert (rows["tier"] == "hdd").all() and len(rows) > 0
     assert made["fallback"] == made["ssd"] + made["hdd"] > 0 and made["ssd"] == 0

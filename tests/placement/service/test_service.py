@@ -716,12 +716,13 @@ class FakeScheduler:
 
     def __init__(self, service: PlacementService) -> None:
         self.service = service
-        self.delay_s = 0.0
+        #: While set, each call waits for this event before it answers (a stalled scheduler).
+        self.stall: asyncio.Event | None = None
         self.absent = False
 
     async def placement_sync(self, **message: object) -> dict | None:
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+        if self.stall is not None:
+            await self.stall.wait()
         if self.absent:
             return None  # what Dask answers for an op without a handler
         return self.service.sync(**message)
@@ -757,16 +758,17 @@ def test_link_installs_leases_and_models_and_falls_back_when_the_scheduler_is_sl
         assert await link.sync_once()
         assert service.ledger.share("tcp://w:1").used == MiB
 
-        scheduler.delay_s = 1.0  # the scheduler stalls
-        start = time.perf_counter()
-        assert not await link.sync_once()
-        assert time.perf_counter() - start < 0.5 and link.consecutive_failures == 1
+        stall = scheduler.stall = asyncio.Event()  # the scheduler stalls, and never recovers
+        # the link gives up on its own (its 0.05 s timeout); the 30 s bound only guards a hang
+        assert not await asyncio.wait_for(link.sync_once(), 30)
+        assert not stall.is_set()  # it returned while the scheduler still stalled
+        assert link.consecutive_failures == 1 and link.last_error == "no answer within 0.05 s"
         assert store.create("b", request(MiB)).tier is Tier.SSD  # the lease still holds
         clock.now += 2.0  # ... until it expires
         assert store.create("c", request(MiB)).tier is Tier.HDD
         store.delete(handle)  # the SSD file goes while the scheduler is away
 
-        scheduler.delay_s, scheduler.absent = 0.0, True  # now it has no service at all
+        scheduler.stall, scheduler.absent = None, True  # now it has no service at all
         assert not await link.sync_once()
         assert "no placement service" in link.last_error
 
