@@ -29,6 +29,7 @@ from placement.service.demo import PipelineSpec, run_pipeline, settle
 from placement.service.local import ServeOptions, service_cluster
 from placement.service.service import STALE_LEASES
 from placement.storage import worker_storage_state
+from placement.workloads import worker_addresses
 from tests.placement.conftest import MEMORY_LIMIT, TIGHT_MEMORY
 
 pytestmark = pytest.mark.timeout(300)
@@ -366,6 +367,7 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
     else:
         client.run_on_scheduler(remove_sync_handler)
     cut_off = time.perf_counter()
+    workers_at_cut = worker_addresses(client)
     try:
         # leases run out (2 s) and nothing renews them
         wait_until(
@@ -382,8 +384,10 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
         del held  # SSD files go while the ledger cannot hear of it
         settle(client)
         states = client.run(worker_service_state)
-        stale = service_state(client)["ledger"]["used_bytes"]
+        ledger = service_state(client)["ledger"]
+        stale = ledger["used_bytes"]
         unheard_s = time.perf_counter() - cut_off
+        workers_now = worker_addresses(client)
     finally:
         client.run_on_scheduler(restore_sync_handler)
     assert result.verified
@@ -401,9 +405,13 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
         assert all(s["usage"]["ssd_committed_bytes"] == 0 for s in states.values())
         # the ledger still counts the files the workers have deleted, unless its safety net
         # forgot workers unheard of for STALE_LEASES lease lives (a slow machine gets there;
-        # it runs on the next decision the scheduler takes, so it is not asserted)
-        if unheard_s < STALE_LEASES * 2.0 - 1.0:  # lease-ttl 2 s
-            assert stale > 0, f"deleted files still counted {unheard_s:.1f} s after the cut"
+        # it runs on the next decision the scheduler takes, so it is not asserted), or a
+        # worker left the cluster (a nanny restarting it for memory on a loaded machine),
+        # which takes its share out of the ledger with it
+        if unheard_s < STALE_LEASES * 2.0 - 1.0 and workers_now == workers_at_cut:
+            assert stale > 0, (
+                f"deleted files no longer counted {unheard_s:.1f} s after the cut: {ledger}"
+            )
     # the scheduler is back: renewals succeed and the ledger matches the workers again
     wait_until(
         lambda: all(
