@@ -25,10 +25,11 @@ What a dead worker loses
 ------------------------
 A Dask worker flushes its buffered rows every ``flush_interval_s`` seconds (5 by default,
 :class:`~placement.storage.worker.StorageOptions`) when it has any: a flush of a few dozen
-rows takes about 1.3 ms and writes one file of about 7 KiB (2000 rows: 6.7 ms, 20 KiB), and
-a worker writes at most 12 files a minute besides those of ``max_rows`` rows; an idle one
-writes none. A worker process told to stop by SIGTERM (its nanny past
-``distributed.worker.memory.terminate``, a supervisor, ``kill``) or SIGINT writes its
+rows writes one file of about 7 KiB (2000 rows: about 40 KiB; its time is measured by
+``benchmarks/log_flush.py``), and a worker writes at most 12 files a minute besides those
+of ``max_rows`` rows; an idle one writes none. A worker process told to stop by SIGTERM
+(its nanny past ``distributed.worker.memory.terminate``, a supervisor, ``kill``) or SIGINT
+writes its
 buffered rows, and those of its live files, before it ends
 (:mod:`placement.storage.shutdown`). SIGKILL cannot be caught: a worker killed by it
 loses the rows of the files deleted during its last ``flush_interval_s`` seconds, and its
