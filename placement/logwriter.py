@@ -29,8 +29,7 @@ rows writes one file of about 7 KiB (2000 rows: about 40 KiB; its time is measur
 ``benchmarks/log_flush.py``), and a worker writes at most 12 files a minute besides those
 of ``max_rows`` rows; an idle one writes none. A worker process told to stop by SIGTERM
 (its nanny past ``distributed.worker.memory.terminate``, a supervisor, ``kill``) or SIGINT
-writes its
-buffered rows, and those of its live files, before it ends
+writes its buffered rows, and those of its live files, before it ends
 (:mod:`placement.storage.shutdown`). SIGKILL cannot be caught: a worker killed by it
 loses the rows of the files deleted during its last ``flush_interval_s`` seconds, and its
 files still alive never get a row; the next store started on the same tier directories
