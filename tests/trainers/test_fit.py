@@ -1,9 +1,10 @@
-"""trainers.fit on real Fashion-MNIST with an in-memory resumable loader."""
+"""trainers.fit on real Fashion-MNIST: an in-memory resumable loader, and dataplane.Loader."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -455,3 +456,71 @@ def test_run_json_and_checkpoint_follow_the_umask(fmnist_arrays, tmp_path: Path)
     assert stat.S_IMODE((tmp_path / "run.json").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "ckpt" / "last.pt").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "again" / "run.json").stat().st_mode) == 0o640
+
+
+class _SeenSamples(torch.nn.Module):
+    """A model that notes every training sample it is given, by the bytes of its image."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.seen: list[bytes] = []
+        self.sigint_at_step: int | None = None
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.seen.extend(row.numpy().tobytes() for row in images)
+            step = len(self.seen) // int(images.shape[0]) - 1
+            if step == self.sigint_at_step:
+                # Ctrl-C during a step: fit finishes the step, then stops with a checkpoint.
+                signal.raise_signal(signal.SIGINT)
+        return self.inner(images)
+
+
+def test_sigint_mid_epoch_with_the_dataplane_loader_resumes_the_remaining_samples(
+    png_folder: Path, tmp_path: Path
+) -> None:
+    """Interrupted + resumed through ``dataplane.Loader``'s state: one epoch's samples, in order.
+
+    The ``eval`` recipe does not augment, so a sample's image bytes identify it.
+    """
+    from dataplane import Loader
+
+    def loaders() -> tuple[Loader, Loader]:
+        options = {"size": 28, "channels": 1, "device": "cpu"}
+        train = Loader(
+            png_folder / "train", batch_size=20, recipe="eval", shuffle=True, seed=3, **options
+        )
+        val = Loader(png_folder / "test", batch_size=50, recipe="eval", **options)
+        return train, val
+
+    def run(model: _SeenSamples, **kwargs):
+        train, val = loaders()
+        return fit(model, train, val, epochs=2, device="cpu", **kwargs)
+
+    straight = _SeenSamples(_model())
+    run(straight)
+    number = {image: i for i, image in enumerate(dict.fromkeys(straight.seen))}
+
+    def ids(seen: list[bytes]) -> list[int]:
+        return [number[image] for image in seen]
+
+    epoch0, epoch1 = ids(straight.seen[:200]), ids(straight.seen[200:])
+    assert sorted(epoch0) == sorted(epoch1) == list(range(200))  # each sample once per epoch
+    assert epoch0 != epoch1  # shuffled anew: a resume into the wrong epoch would show
+
+    ckpt = tmp_path / "ckpt"
+    interrupted = _SeenSamples(_model())
+    interrupted.sigint_at_step = 10 + 3  # the 4th of epoch 1's 10 batches
+    with pytest.raises(KeyboardInterrupt):
+        run(interrupted, checkpoint_dir=ckpt)
+    state = torch.load(ckpt / "last.pt", weights_only=False)
+    assert state["epoch"] == 1 and state["tally"]["steps"] == 4
+    assert state["loader_state"]["epoch"] == 1 and state["loader_state"]["batches_done"] == 4
+    assert ids(interrupted.seen) == epoch0 + epoch1[:80]
+
+    resumed = _SeenSamples(_model(seed=7))
+    result = run(resumed, checkpoint_dir=ckpt, resume=True)
+    assert ids(resumed.seen) == epoch1[80:]  # exactly the remaining samples, in order
+    assert [e.steps for e in result.record.epochs] == [10, 10]
+    assert result.record.status == "completed"
