@@ -1,5 +1,5 @@
 """CacheStore over a cache's life: full then cleared or rebuilt, forked, rebuilt by
-another process, damaged metadata, a grown map, dead readers, fewer variants."""
+another process, damaged metadata, a grown map, dead readers."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from cache import (
     CacheStore,
     StoreState,
     UnreadableMetaError,
-    verify,
 )
 from cache.meta import META_KEY
 from tests.cache import helpers
@@ -289,26 +288,3 @@ def test_config_limits_name_the_fix(tmp_path: Path) -> None:
         CacheConfig(f"{tmp_path}/a\0b")
     with pytest.raises(CacheError, match="lower max_bytes"):
         CacheStore(CacheConfig(tmp_path / "huge", max_bytes=1 << 50), helpers.identity())
-
-
-def test_verify_repair_drops_records_of_dropped_variants(
-    open_store: Opener, tmp_path: Path
-) -> None:
-    from dataplane.cache_cli import cache_group
-
-    idx = np.arange(64)
-    with open_store(variants=4) as store:
-        for variant in range(4):
-            store.put_batch(idx, variant, helpers.images(idx, variant), helpers.labels(idx))
-    with open_store(variants=2) as store:  # fewer variants: 2 and 3 are never served again
-        report = verify(store)
-        assert len(report.out_of_range) == 128 and report.dropped_unused == 0
-        assert store.count() == 256
-    result = CliRunner().invoke(
-        cache_group, ["verify", "--repair", "--no-progress", str(tmp_path / "cache")]
-    )
-    assert result.exit_code == 0, result.output
-    assert "128 records outside the metadata (never served): 128 deleted" in result.output
-    with CacheStore.open_existing(tmp_path / "cache") as store:
-        assert store.counts() == {0: 64, 1: 64}
-        assert verify(store).clean

@@ -160,23 +160,32 @@ def test_a_touched_file_names_the_dataset_its_newest_change_and_what_the_hash_co
     assert stored_records(path) == SMALL, "nothing stored is lost"
 
 
-def test_an_added_image_is_counted_once_in_the_dataset_line(
+def test_an_added_image_is_named_with_the_folders_measured_facts(
     writable_copy: Path, tmp_path: Path
 ) -> None:
+    # (That the count is named once, in the dataset's line, is the cache's message building:
+    # tests/cache/test_stale_messages.py.) Here: each fact is measured from the folder.
     path = tmp_path / "c"
     open_loader(writable_copy, path).close()
     source = ImageFolderSource(writable_copy)
+    before = source.fingerprint()
     first = Path(source.describe(0))
     before_bytes = sum(p.stat().st_size for p in writable_copy.rglob("*.png"))
-    shutil.copy(first, first.with_name("extra-" + first.name))
+    old_newest = newest_mtime_ns(writable_copy)
+    added = first.with_name("extra-" + first.name)
+    shutil.copy(first, added)
+    new_newest = old_newest + 10**9
+    os.utime(added, ns=(added.stat().st_atime_ns, new_newest))
+    after = ImageFolderSource(writable_copy).fingerprint()
     with pytest.raises(StaleCacheError) as info:
         open_loader(writable_copy, path)
     (change,) = info.value.changes
-    assert change.startswith(
+    assert change == (
         f"dataset image folder {writable_copy}: samples {SMALL} -> {SMALL + 1}, total bytes "
-        f"{before_bytes} -> {before_bytes + first.stat().st_size}"
+        f"{before_bytes} -> {before_bytes + first.stat().st_size}, newest file modified "
+        f"{utc(old_newest)} -> {utc(new_newest)} "
+        f"(fingerprint of {COVERS}: {before[:16]}… -> {after[:16]}…)"
     )
-    assert "number of samples" not in str(info.value)
 
 
 def test_info_and_build_name_the_inputs_as_the_refusal_does(
