@@ -27,7 +27,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "iterate": "Iterate DATA (image folder or Parquet) and print images/s per epoch and peak "
     "RSS.",
     "placement": "Learned SSD/HDD placement of intermediate files: collect I/O logs, train, "
-    "evaluate, simulate.",
+    "evaluate, simulate, compact logs.",
     "report": "Analyse intermediate-data I/O logs and write a self-contained HTML report.",
     "serve": "Run the placement service on an embedded LocalCluster (or, with --demo, show it "
     "at work).",
