@@ -70,7 +70,7 @@ from placement.compacted import (
     compacted_parts,
 )
 from placement.errors import PlacementConfigError, PlacementError
-from placement.logwriter import LOG_SUFFIX
+from placement.logwriter import LOG_SUFFIX, sync_path
 from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
 
 __all__ = ["DEFAULT_TARGET_ROWS", "LOCK_NAME", "CompactError", "CompactResult", "compact"]
@@ -252,7 +252,7 @@ def compact(
             result.leftovers_removed.append(d / name)
         if leftovers and not dry_run:
             with contextlib.suppress(OSError):
-                _sync(d)
+                sync_path(d)
         names = [n for n in names if n not in leftovers]
         groups = _groups(d, names, target_rows, result.skipped)
         done, total = 0, sum(len(g) for g in groups)
@@ -314,13 +314,14 @@ def _log_names(directory: Path) -> list[str]:
 def _leftovers(directory: Path, names: list[str]) -> set[str]:
     """Names among ``names`` that a merged file among them holds already (of its size)."""
     found: set[str] = set()
+    listed = set(names)
     for merged in (n for n in names if n.endswith(COMPACTED_SUFFIX)):
         try:
             parts = compacted_parts(directory / merged)
         except (OSError, pa.ArrowException, ValueError):
             continue  # read as any log file: reported by _groups if unreadable
         for name, part in parts.items():
-            if name in names and name != merged and _size_of(directory / name) == part.size_bytes:
+            if name in listed and name != merged and _size_of(directory / name) == part.size_bytes:
                 found.add(name)
     return found
 
@@ -448,7 +449,7 @@ def _merge(directory: Path, merge: Merge) -> None:
         metadata[COMPACTED_FROM_KEY] = json.dumps([p.to_json() for p in parts]).encode()
         table = table.replace_schema_metadata(metadata)
         _write_table(table, tmp)
-        _sync(tmp)
+        sync_path(tmp)
         written = pq.read_metadata(tmp).num_rows
         if written != merge.rows:
             raise CompactError(
@@ -480,7 +481,7 @@ def _merge(directory: Path, merge: Merge) -> None:
     for source in merge.sources:
         _remove(source)
     with contextlib.suppress(OSError):  # the deletes: a lost one is a leftover, skipped
-        _sync(directory)
+        sync_path(directory)
 
 
 def _write_table(table: pa.Table, path: Path) -> None:
@@ -518,25 +519,10 @@ def _sync_directory(directory: Path) -> None:
         file holds).
     """
     try:
-        _sync(directory)
+        sync_path(directory)
     except OSError as exc:
         raise CompactError(
             f"cannot sync the log directory {directory} ({exc.strerror or exc}), so merged "
             "files are not deleted (readers skip them: nothing is read twice); compact logs "
             "on a file system that syncs directories"
         ) from exc
-
-
-def _sync(path: Path) -> None:
-    """Flush a file's content, or a directory's entries, to disk.
-
-    Raises
-    ------
-    OSError
-        If it cannot be synced.
-    """
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

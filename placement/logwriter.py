@@ -295,7 +295,7 @@ class LogWriter:
             tmp = self.directory / f".{name}.tmp"
             try:
                 pq.write_table(table, tmp)
-                _sync(tmp)  # the content is on disk before the name can be
+                sync_path(tmp)  # the content is on disk before the name can be
                 os.replace(tmp, final)
             except BaseException as exc:
                 # whatever failed, no torn file is left and the rows wait for the next flush
@@ -424,7 +424,7 @@ class LogWriter:
         tmp = self.directory / f"{name}.tmp"
         try:
             tmp.write_text(json.dumps(dict(record), sort_keys=True) + "\n")
-            _sync(tmp)
+            sync_path(tmp)
             os.replace(tmp, final)
         except (OSError, TypeError, ValueError) as exc:
             try:
@@ -447,7 +447,7 @@ class LogWriter:
         before the file system writes the entry itself may then lose the file.
         """
         try:
-            _sync(self.directory)
+            sync_path(self.directory)
         except OSError as exc:
             level = logging.DEBUG if self._directory_sync_failed else logging.WARNING
             self._directory_sync_failed = True
@@ -469,7 +469,7 @@ class LogWriter:
         return f"<LogWriter {self.directory}/{self.prefix}-*: {self.rows_written} rows written>"
 
 
-def _sync(path: Path) -> None:
+def sync_path(path: str | os.PathLike[str]) -> None:
     """Flush what is written to ``path`` to its disk: a file's content, or a directory's
     entries (the names renamed into it).
 
