@@ -2,14 +2,18 @@
 
 * Spark event logs: ``../shared/data/spark-events`` (the ``shared_dir`` fixture skips
   when it is absent); tests copy what they corrupt into ``tmp_path``.
-* A Darshan log shipped in the ``darshan`` wheel (skips without the optional extra).
-* A report of all of them (with a corrupted Spark log), built once per session.
-* Native Parquet logs written by :class:`placement.logwriter.LogWriter` from the rows
-  the Spark and Darshan readers produce (real records in the placement schema).
+* The example Darshan logs shipped in the ``darshan`` wheel (skip without the optional extra).
+* Placement log rows (:func:`tests.placement.logtables.make_log`: several pipelines, runs,
+  stages and file kinds) beside the Darshan log's 214 records: ``real_rows``, written as
+  native Parquet logs by :class:`placement.logwriter.LogWriter` in ``native_dir``. None of
+  them needs the shared folder.
+* Reports built once per session: one of native and Darshan logs (with a damaged JSON-lines
+  log and a file of no known format), and one of the Spark logs (with a corrupted copy).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -17,12 +21,16 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from tests.placement.logtables import make_log
+
 SPARK_LOGS = (
     "local-1430917381534",
     "application_1506645932520_24630151",
     "app-20200706201101-0003",
 )
 CHROMIUM = Path("/usr/bin/chromium")
+#: Lines of the report's JSON-lines log replaced by damaged ones (0-based).
+BAD_JSONL_LINES = (5, 9)
 
 
 @pytest.fixture(scope="session")
@@ -51,13 +59,28 @@ def darshan_log(darshan_examples: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def real_rows(spark_dir: Path, darshan_log: Path) -> pa.Table:
-    """Real records in the placement schema: 108 from Spark, 214 from Darshan."""
+def darshan_rows(darshan_log: Path) -> pa.Table:
+    """The Darshan log's 214 records in the placement schema: pipeline ``dxt``, one run,
+    file kind ``other``, files never read or written among them."""
     from logs_analysis.readers import read_table
 
-    spark, _ = read_table([spark_dir / name for name in SPARK_LOGS[:2]])
-    darshan, _ = read_table([darshan_log])
-    return pa.concat_tables([spark, darshan])
+    table, issues = read_table([darshan_log])
+    assert not issues
+    return table
+
+
+@pytest.fixture(scope="session")
+def pipeline_rows() -> pa.Table:
+    """Placement log rows of two pipelines (``pipe0`` and ``pipe1``), three runs each, one
+    after another, of three stages (spill and shuffle files): 324 rows."""
+    return make_log(pipelines=2, runs=3, files_per_stage=18)
+
+
+@pytest.fixture(scope="session")
+def real_rows(pipeline_rows: pa.Table, darshan_rows: pa.Table) -> pa.Table:
+    """Records in the placement schema: the 324 ``pipeline_rows`` (six runs), then the
+    Darshan log's 214 (pipeline ``dxt``, one run)."""
+    return pa.concat_tables([pipeline_rows, darshan_rows])
 
 
 @pytest.fixture(scope="session")
@@ -81,6 +104,30 @@ def spark_copy(spark_dir: Path, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def native_inputs(
+    tmp_path_factory: pytest.TempPathFactory, pipeline_rows: pa.Table, darshan_log: Path
+) -> list[Path]:
+    """A log directory (Parquet files of ``pipe0`` from ``LogWriter``, the rows of ``pipe1``
+    as JSON lines with two of them damaged, and a README of no known format), and the
+    Darshan log."""
+    from placement.logwriter import LogWriter
+
+    logs = tmp_path_factory.mktemp("native-inputs") / "logs"
+    jsonl = []
+    with LogWriter(logs, max_rows=60, prefix="w1") as writer:
+        for row in pipeline_rows.to_pylist():
+            if row["pipeline"] == "pipe1":
+                jsonl.append(json.dumps(row))
+            else:
+                writer.add(row)
+    jsonl[BAD_JSONL_LINES[0]] = jsonl[BAD_JSONL_LINES[0]][:30]  # torn
+    jsonl[BAD_JSONL_LINES[1]] = "garbage"
+    (logs / "pipe1.jsonl").write_text("\n".join(jsonl) + "\n")
+    (logs / "README.md").write_text("Placement logs of the pipe* pipelines.\n")
+    return [logs, darshan_log]
+
+
+@pytest.fixture(scope="session")
 def mixed_inputs(
     tmp_path_factory: pytest.TempPathFactory, spark_dir: Path, darshan_log: Path
 ) -> list[Path]:
@@ -99,28 +146,49 @@ def mixed_inputs(
     return [spark_dir, darshan_log, bad]
 
 
-@pytest.fixture(scope="session")
-def report_files(
-    tmp_path_factory: pytest.TempPathFactory, mixed_inputs: list[Path]
-) -> tuple[Path, Path, str]:
+def _build_report(out: Path, inputs: list[Path], title: str) -> tuple[Path, Path, str]:
     from logs_analysis.cli import report_command
 
-    out = tmp_path_factory.mktemp("report") / "sub" / "report.html"
     result = CliRunner().invoke(
         report_command,
         [
-            *map(str, mixed_inputs),
+            *map(str, inputs),
             "--out",
             str(out),
             "--budgets",
             "2,5,20",
             "--no-progress",
             "--title",
-            "Mixed logs",
+            title,
         ],
     )
     assert result.exit_code == 0, result.output
     return out, out.with_suffix(".json"), result.output
+
+
+@pytest.fixture(scope="session")
+def native_report_files(
+    tmp_path_factory: pytest.TempPathFactory, native_inputs: list[Path]
+) -> tuple[Path, Path, str]:
+    """(HTML, JSON, command output) of the report of ``native_inputs``."""
+    out = tmp_path_factory.mktemp("native-report") / "sub" / "report.html"
+    return _build_report(out, native_inputs, "Native logs")
+
+
+@pytest.fixture(scope="session")
+def spark_report_files(
+    tmp_path_factory: pytest.TempPathFactory, mixed_inputs: list[Path]
+) -> tuple[Path, Path, str]:
+    """(HTML, JSON, command output) of the report of ``mixed_inputs``."""
+    out = tmp_path_factory.mktemp("report") / "sub" / "report.html"
+    return _build_report(out, mixed_inputs, "Mixed logs")
+
+
+@pytest.fixture(scope="session", params=["native", "spark"])
+def report_files(request: pytest.FixtureRequest) -> tuple[Path, Path, str]:
+    """Each report: checks of any report run on both (the Spark one skips without the
+    shared folder)."""
+    return request.getfixturevalue(f"{request.param}_report_files")
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ def _run(paths: list[Path], **options: object):
 def many_runs(
     tmp_path_factory: pytest.TempPathFactory, real_rows: pa.Table
 ) -> tuple[Path, pa.Table]:
-    """~6,000 real rows resampled into ~20 runs per source run, over four Parquet files."""
+    """~6,000 rows: whole runs of the real rows drawn again (~80 runs), over four Parquet files."""
     out = tmp_path_factory.mktemp("many-runs")
     batches = list(resample_runs(real_rows, 6000, seed=1, batch_rows=1500))
     for i, batch in enumerate(batches):
@@ -169,14 +169,17 @@ def test_config_is_validated() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_process_scheduler_with_darshan_logs(darshan_log: Path, native_dir: Path) -> None:
+def test_process_scheduler_with_darshan_logs(
+    darshan_log: Path, native_dir: Path, real_rows: pa.Table, darshan_rows: pa.Table
+) -> None:
     # Darshan logs are parsed in a spawned child: that must also work (and exit) inside a
     # process-pool worker
     threads = _run([darshan_log, native_dir], scheduler="threads")
     procs = _run([darshan_log, native_dir], scheduler="processes", workers=2)
     # native_dir holds the Darshan log's 214 rows too (same run_id and file_id): the second
     # pass that drops them runs under both schedulers
-    assert procs.rows == threads.rows == 322
+    assert darshan_rows.num_rows == 214
+    assert procs.rows == threads.rows == real_rows.num_rows
     duplicates = "duplicate row (run_id and file_id read before; dropped)"
     assert procs.issues.counts == threads.issues.counts == {duplicates: 214}
     assert procs.totals == pytest.approx(threads.totals)

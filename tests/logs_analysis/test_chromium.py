@@ -69,9 +69,9 @@ def _render_check(chromium: Path, html: str, tmp_path: Path, name: str) -> dict:
 
 
 def test_report_renders_its_plots(
-    chromium: Path, report_files: tuple[Path, Path, str], tmp_path: Path
+    chromium: Path, native_report_files: tuple[Path, Path, str], tmp_path: Path
 ) -> None:
-    html = report_files[0].read_text()
+    html = native_report_files[0].read_text()
     n_img = len(re.findall(r"<img ", html))
     result = _render_check(chromium, html, tmp_path, "report")
     assert result == {"images": n_img, "decoded": n_img, "errors": []}
@@ -79,9 +79,9 @@ def test_report_renders_its_plots(
 
 
 def test_harness_sees_broken_images_and_script_errors(
-    chromium: Path, report_files: tuple[Path, Path, str], tmp_path: Path
+    chromium: Path, native_report_files: tuple[Path, Path, str], tmp_path: Path
 ) -> None:
-    html = report_files[0].read_text()
+    html = native_report_files[0].read_text()
     first = re.search(r'src="data:image/png;base64,([^"]{200})', html)
     assert first
     broken = html.replace(first.group(1), "A" * 200, 1)  # a corrupt PNG
@@ -92,7 +92,9 @@ def test_harness_sees_broken_images_and_script_errors(
     assert any("undefinedFunction" in e for e in result["errors"])
 
 
-def test_screenshot(chromium: Path, report_files: tuple[Path, Path, str], tmp_path: Path) -> None:
+def test_screenshot(
+    chromium: Path, native_report_files: tuple[Path, Path, str], tmp_path: Path
+) -> None:
     from PIL import Image
 
     shot = tmp_path / "report.png"
@@ -102,7 +104,7 @@ def test_screenshot(chromium: Path, report_files: tuple[Path, Path, str], tmp_pa
         "--window-size=1280,2400",
         "--hide-scrollbars",
         f"--screenshot={shot}",
-        report_files[0].as_uri(),
+        native_report_files[0].as_uri(),
     )
     assert shot.is_file(), done.stderr[-2000:]
     with Image.open(shot) as im:

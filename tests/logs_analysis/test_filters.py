@@ -1,8 +1,9 @@
 """Row filters of the report (``--pipeline``, ``--since``, ``--until``), on real logs.
 
-The real rows (``real_rows``, written as Parquet in ``native_dir``) are 108 Spark records of
-pipeline "Spark shell" (100 created in 2015, 8 in 2018) and 214 Darshan records of pipeline
-"dxt" (created on 2020-04-21 from 07:45:33 to 08:10:00 UTC).
+The rows (``real_rows``, written as Parquet in ``native_dir``) are placement log rows of
+pipelines "pipe0" and "pipe1" (three runs each, one after another in November 2023) and the
+214 Darshan records of pipeline "dxt" (created on 2020-04-21 from 07:45:33 to 08:10:00 UTC).
+The Spark logs (shared folder) are filtered by their own test.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -46,6 +48,17 @@ def _aggregate(paths: list[Path], **options: Any) -> Any:
 
 def _created_at_least(rows: pa.Table, when: dt.datetime) -> pa.Table:
     return rows.filter(pc.greater_equal(rows["created_at"], when.timestamp()))
+
+
+def _of_pipeline(rows: pa.Table, name: str) -> pa.Table:
+    return rows.filter(pc.equal(rows["pipeline"], name))
+
+
+def _listed(rows: pa.Table) -> str:
+    """``a (12 files), b (3 files)``: the pipelines of ``rows``, most files first."""
+    counts = rows["pipeline"].value_counts().to_pylist()
+    ordered = sorted(((c["values"], c["counts"]) for c in counts), key=lambda v: (-v[1], v[0]))
+    return ", ".join(f"{name} ({n:,} files)" for name, n in ordered)
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -100,19 +113,20 @@ def test_filters_select_the_rows_of_every_summary(
     shutil.copytree(native_dir, logs)
     first = min(logs.glob("*.parquet"))
     shutil.copyfile(first, logs / "copy.parquet")  # its rows again: duplicates
-    since = dt.datetime(2016, 1, 1, tzinfo=UTC)
+    pipe1 = _of_pipeline(real_rows, "pipe1")
+    # a whole second, midway through the pipeline's runs
+    middle = float(np.median(pipe1["created_at"].to_numpy()))
+    since = dt.datetime.fromtimestamp(middle, UTC).replace(microsecond=0)
     everything = _aggregate([logs])
-    agg = _aggregate(
-        [logs], row_filter=RowFilter(pipelines=("Spark shell",), since=since.isoformat())
-    )
-    spark = real_rows.filter(pc.equal(real_rows["pipeline"], "Spark shell"))
-    expected = _created_at_least(spark, since)
-    assert 0 < expected.num_rows < spark.num_rows  # the 2018 application only
+    agg = _aggregate([logs], row_filter=RowFilter(pipelines=("pipe1",), since=since.isoformat()))
+    expected = _created_at_least(pipe1, since)
+    assert 0 < expected.num_rows < pipe1.num_rows  # its later runs only
+    assert 1 < len(set(expected["run_id"].to_pylist())) < len(set(pipe1["run_id"].to_pylist()))
     assert agg.rows == expected.num_rows
     assert agg.usable_rows == everything.rows == real_rows.num_rows
     assert agg.filtered.removed == {
-        "pipeline": real_rows.num_rows - spark.num_rows,
-        "created_at": spark.num_rows - expected.num_rows,
+        "pipeline": real_rows.num_rows - pipe1.num_rows,
+        "created_at": pipe1.num_rows - expected.num_rows,
     }
     # issues do not depend on the filters: the duplicates are counted either way
     assert agg.issues.counts == everything.issues.counts
@@ -120,10 +134,10 @@ def test_filters_select_the_rows_of_every_summary(
     # every summary holds only the rows selected
     assert agg.totals["bytes"] == pc.sum(expected["size_bytes"]).as_py()
     assert agg.totals["created_min"] >= since.timestamp()
-    assert set(agg.runs["pipeline"]) == {"Spark shell"}
+    assert set(agg.runs["pipeline"]) == {"pipe1"}
     assert set(agg.runs["run_id"]) == set(expected["run_id"].to_pylist())
-    assert agg.histogram("density", "pipeline").keys() == ["Spark shell"]
-    assert set(agg.sample["pipeline"]) == {"Spark shell"}
+    assert agg.histogram("density", "pipeline").keys() == ["pipe1"]
+    assert set(agg.sample["pipeline"]) == {"pipe1"}
     assert (agg.sample["created_at"] >= since.timestamp()).all()
     assert sum(agg.sources.values()) == expected.num_rows
 
@@ -131,17 +145,17 @@ def test_filters_select_the_rows_of_every_summary(
 def test_a_filter_that_keeps_few_rows_still_fills_the_sample(
     native_dir: Path, real_rows: pa.Table
 ) -> None:
-    """The sampling rate is set for all rows (100 of 322); when the filter keeps 108 of them,
+    """The sampling rate is set for all rows (100 of 538); when the filter keeps 162 of them,
     the sample is drawn again at the rate of those, not left at a third of its size."""
     from logs_analysis.filters import RowFilter
 
-    spark = real_rows.filter(pc.equal(real_rows["pipeline"], "Spark shell")).num_rows
-    agg = _aggregate(
-        [native_dir], sample_rows=100, row_filter=RowFilter(pipelines=("Spark shell",))
-    )
-    assert agg.rows == spark
-    assert set(agg.sample["pipeline"]) == {"Spark shell"}
-    assert len(agg.sample) >= 75, len(agg.sample)  # about 100; at the first rate about 33
+    kept = _of_pipeline(real_rows, "pipe0").num_rows
+    assert kept < 0.4 * real_rows.num_rows
+    agg = _aggregate([native_dir], sample_rows=100, row_filter=RowFilter(pipelines=("pipe0",)))
+    assert agg.rows == kept
+    assert set(agg.sample["pipeline"]) == {"pipe0"}
+    # about 100; at the first rate about 100 * kept / rows, i.e. 30
+    assert len(agg.sample) >= 75, len(agg.sample)
 
 
 # ----------------------------------------------------------------------------- the report
@@ -161,7 +175,7 @@ def test_report_says_which_filters_removed_which_rows(
                 "--pipeline",
                 "dxt",
                 "--pipeline",
-                "Spark shel",  # a typo: no such pipeline
+                "pipe_1",  # a typo: no such pipeline
                 "--until",
                 until,
                 "--csv",
@@ -170,7 +184,7 @@ def test_report_says_which_filters_removed_which_rows(
             ]
         )
     assert res.exit_code == 0, res.output
-    dxt = real_rows.filter(pc.equal(real_rows["pipeline"], "dxt"))
+    dxt = _of_pipeline(real_rows, "dxt")
     later = _created_at_least(dxt, dt.datetime.fromisoformat(until).replace(tzinfo=UTC))
     kept_rows = dxt.num_rows - later.num_rows
     assert 0 < kept_rows < dxt.num_rows
@@ -178,14 +192,14 @@ def test_report_says_which_filters_removed_which_rows(
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["filters"] == {
         "applied": True,
-        "pipelines": ["dxt", "Spark shel"],
+        "pipelines": ["dxt", "pipe_1"],
         "since": None,
         "until": "2020-04-21T08:00:00+00:00",
         "removed": {
             "pipeline": real_rows.num_rows - dxt.num_rows,
             "created_at": dxt.num_rows - kept_rows,
         },
-        "unknown_pipelines": ["Spark shel"],
+        "unknown_pipelines": ["pipe_1"],
     }
     assert data["rows"]["usable"] == real_rows.num_rows
     assert data["rows"]["removed_by_filters"] == removed
@@ -193,17 +207,19 @@ def test_report_says_which_filters_removed_which_rows(
     assert data["totals"]["pipelines"] == 1
     assert [d["key"] for d in data["density"]["pipeline"]] == [["dxt"]]
     assert sum(s["rows"] for s in data["inputs"]["sources"]) == kept_rows
-    assert f"{kept_rows:,} files (the filters removed {removed:,} of 322)" in res.output
+    usable = real_rows.num_rows
+    assert f"{kept_rows:,} files (the filters removed {removed:,} of {usable:,})" in res.output
     # the name that matched nothing: a warning naming the pipelines there are
     warned = " ".join(r.getMessage() for r in caplog.records)
-    assert "--pipeline 'Spark shel' matches no usable row" in warned
-    assert "did you mean 'Spark shell'" in warned
-    assert "dxt (214 files), Spark shell (108 files)" in warned
+    assert "--pipeline 'pipe_1' matches no usable row" in warned
+    assert "did you mean 'pipe1'" in warned
+    assert _listed(real_rows) in warned
+    assert _listed(real_rows).startswith("dxt (214 files), pipe0 (")
     # the HTML says it too
     html = out.read_text()
-    assert "Filters applied: pipeline dxt or Spark shel; created before " in html
-    assert f"They removed {removed:,} of 322 usable rows" in html
-    assert "<code>Spark shel</code>" in html
+    assert "Filters applied: pipeline dxt or pipe_1; created before " in html
+    assert f"They removed {removed:,} of {usable:,} usable rows" in html
+    assert "<code>pipe_1</code>" in html
     # --csv: the per-group table beside the HTML, named in the JSON
     csv_path = out.with_name("r.groups.csv")
     assert data["outputs"] == {"csv": ["r.groups.csv"]}
@@ -220,15 +236,17 @@ def test_report_says_which_filters_removed_which_rows(
 
 
 def test_filters_that_keep_nothing_end_with_a_clear_message(
-    native_dir: Path, tmp_path: Path
+    native_dir: Path, real_rows: pa.Table, tmp_path: Path
 ) -> None:
     out = str(tmp_path / "r.html")
     res = _report([str(native_dir), "--pipeline", "nope", "-o", out])
     assert res.exit_code == 1 and "Traceback" not in res.output
     message = " ".join(res.output.split())
-    assert message.startswith("Error: the filters leave none of the 322 usable rows to analyse")
+    assert message.startswith(
+        f"Error: the filters leave none of the {real_rows.num_rows:,} usable rows to analyse"
+    )
     assert "--pipeline 'nope' matches no usable row" in message
-    assert "the pipelines in these logs are: dxt (214 files), Spark shell (108 files)" in message
+    assert f"the pipelines in these logs are: {_listed(real_rows)}" in message
     res = _report([str(native_dir), "--pipeline", "dxt", "--since", "2030-01-01", "-o", out])
     assert res.exit_code == 1 and "Traceback" not in res.output
     message = " ".join(res.output.split())
@@ -238,10 +256,13 @@ def test_filters_that_keep_nothing_end_with_a_clear_message(
 
 
 def test_spark_and_darshan_logs_are_filtered_by_creation_time(
-    spark_dir: Path, darshan_log: Path, real_rows: pa.Table, tmp_path: Path
+    spark_dir: Path, darshan_log: Path, tmp_path: Path
 ) -> None:
     """Spark records are created at their task's launch, Darshan records at their first open:
     2016-2019 keeps only the 2018 Spark application."""
+    from logs_analysis.readers import read_table
+
+    real_rows, _ = read_table([spark_dir, darshan_log])
     out = tmp_path / "r.html"
     res = _report(
         [str(spark_dir), str(darshan_log), "--since", "2016", "--until", "2019", "-o", str(out)]

@@ -8,15 +8,45 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
 from logs_analysis.cli import parse_budgets, report_command
 from logs_analysis.report import ReportConfig
+from tests.logs_analysis.conftest import BAD_JSONL_LINES
+
+POLICIES = {"all-hdd", "first-fit", "small-files-first", "stage-history", "lightgbm", "oracle"}
 
 
-def test_writes_html_and_json(report_files: tuple[Path, Path, str]) -> None:
-    html_path, json_path, output = report_files
+def test_writes_html_and_json(
+    native_report_files: tuple[Path, Path, str],
+    pipeline_rows: pa.Table,
+    darshan_rows: pa.Table,
+) -> None:
+    html_path, json_path, output = native_report_files
+    assert html_path.is_file() and json_path.is_file()
+    assert str(html_path) in output and "skipped" in output
+    data = json.loads(json_path.read_text())  # strict JSON: no NaN
+    assert data["title"] == "Native logs"
+    # every row but the damaged JSON lines
+    usable = pipeline_rows.num_rows + darshan_rows.num_rows - len(BAD_JSONL_LINES)
+    assert data["rows"]["usable"] == data["totals"]["files"] == usable
+    assert data["totals"]["pipelines"] == 3
+    by_format: dict[str, int] = {}
+    for source in data["inputs"]["sources"]:
+        by_format[source["format"]] = by_format.get(source["format"], 0) + source["rows"]
+    assert by_format == {
+        "darshan": darshan_rows.num_rows,
+        "native": pipeline_rows.num_rows - len(BAD_JSONL_LINES),
+    }
+    assert data["savings"]["budgets"] == [0.02, 0.05, 0.2]
+    assert set(data["savings"]["savings"]) == POLICIES
+    assert "unavailable" not in data["predictability"]
+
+
+def test_writes_html_and_json_of_spark_logs(spark_report_files: tuple[Path, Path, str]) -> None:
+    html_path, json_path, output = spark_report_files
     assert html_path.is_file() and json_path.is_file()
     assert str(html_path) in output and "skipped" in output
     data = json.loads(json_path.read_text())  # strict JSON: no NaN
@@ -27,18 +57,25 @@ def test_writes_html_and_json(report_files: tuple[Path, Path, str]) -> None:
     formats = sorted({s["format"] for s in data["inputs"]["sources"]})
     assert formats == ["darshan", "spark"]
     assert data["savings"]["budgets"] == [0.02, 0.05, 0.2]
-    assert set(data["savings"]["savings"]) == {
-        "all-hdd",
-        "first-fit",
-        "small-files-first",
-        "stage-history",
-        "lightgbm",
-        "oracle",
-    }
+    assert set(data["savings"]["savings"]) == POLICIES
 
 
-def test_issues_are_counted_and_shown(report_files: tuple[Path, Path, str]) -> None:
-    html_path, json_path, _ = report_files
+def test_issues_are_counted_and_shown(native_report_files: tuple[Path, Path, str]) -> None:
+    html_path, json_path, _ = native_report_files
+    issues = json.loads(json_path.read_text())["issues"]
+    assert issues["counts"] == {"invalid JSON": 2, "unrecognised format (skipped)": 1}
+    assert issues["malformed"] == 2 and issues["skipped_inputs"] == 1
+    located = {(Path(e["source"]).name, e["location"]) for e in issues["examples"]}
+    assert located >= {("pipe1.jsonl", f"line {i + 1}") for i in BAD_JSONL_LINES}
+    html = html_path.read_text()
+    assert "pipe1.jsonl" in html and f"line {BAD_JSONL_LINES[0] + 1}" in html
+    assert "README.md" in html
+
+
+def test_issues_of_spark_logs_are_counted_and_shown(
+    spark_report_files: tuple[Path, Path, str],
+) -> None:
+    html_path, json_path, _ = spark_report_files
     issues = json.loads(json_path.read_text())["issues"]
     assert issues["counts"] == {"invalid JSON": 2, "unrecognised format (skipped)": 1}
     assert issues["malformed"] == 2 and issues["skipped_inputs"] == 1
@@ -112,16 +149,52 @@ def _rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
     from scipy.stats import spearmanr
 
     ok = np.isfinite(a) & np.isfinite(b)
+    if np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:  # a constant ranks nothing
+        return float("nan")
     return float(spearmanr(a[ok], b[ok]).statistic)
 
 
 def test_predictability_section(
-    report_files: tuple[Path, Path, str], mixed_inputs: list[Path]
+    native_report_files: tuple[Path, Path, str], native_inputs: list[Path]
 ) -> None:
     from logs_analysis.analyses.predictability import predictability
     from logs_analysis.readers import read_table
 
-    p = json.loads(report_files[1].read_text())["predictability"]
+    p = json.loads(native_report_files[1].read_text())["predictability"]
+    rows = read_table(native_inputs)[0].to_pandas()
+    # every row read is in the sample; each fold holds out one of the three pipelines
+    assert p["split"] == "pipeline" and p["rows"] == len(rows) and p["folds"] == 3
+    assert sum(p["feature_importances"].values()) == pytest.approx(1.0)
+    true = _log_density(rows)
+    # the placement logs declare expected sizes (the Darshan log does not): small-files-first
+    # ranks the files that have one by -log10 of it
+    expected_size = rows["expected_size_bytes"].to_numpy(np.float64)
+    assert np.isfinite(expected_size).any() and np.isnan(expected_size).any()
+    expected = _rank_correlation(-np.log10(expected_size), true)
+    assert p["spearman"]["small-files-first"] == pytest.approx(expected, abs=1e-9)
+    assert abs(expected) > 0.05  # a sign flip would show
+    result = predictability(rows)
+    truth = _log_density(result.table)
+    learned = _rank_correlation(result.predictions, truth)
+    assert learned > 0.2  # well above chance, though the held-out Darshan run is unlike the rest
+    assert result.spearman["lightgbm"] == pytest.approx(learned, abs=1e-9)
+    assert p["spearman"]["lightgbm"] == pytest.approx(learned, abs=1e-6)
+    assert set(p["spearman_by_pipeline"]) == {"dxt", "pipe0", "pipe1"}
+    for name, value in p["spearman_by_pipeline"].items():
+        mine = (result.table["pipeline"] == name).to_numpy()
+        want = _rank_correlation(result.predictions[mine], truth[mine])
+        # undefined (None in the JSON) where the predictions of a pipeline do not vary
+        assert value == (None if np.isnan(want) else pytest.approx(want, abs=1e-6)), name
+    assert p["spearman_by_pipeline"]["pipe0"] is not None
+
+
+def test_predictability_section_of_spark_logs(
+    spark_report_files: tuple[Path, Path, str], mixed_inputs: list[Path]
+) -> None:
+    from logs_analysis.analyses.predictability import predictability
+    from logs_analysis.readers import read_table
+
+    p = json.loads(spark_report_files[1].read_text())["predictability"]
     assert p["split"] == "pipeline" and p["rows"] == 330
     assert sum(p["feature_importances"].values()) == pytest.approx(1.0)
 
@@ -179,6 +252,7 @@ def test_empty_directory_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_no_usable_rows_is_a_clear_error(spark_dir: Path, tmp_path: Path) -> None:
+    """A Spark application without shuffle writes or spills has no temporary files."""
     result = CliRunner().invoke(
         report_command,
         [
@@ -191,15 +265,15 @@ def test_no_usable_rows_is_a_clear_error(spark_dir: Path, tmp_path: Path) -> Non
     assert result.exit_code == 1 and "no usable log rows" in result.output
 
 
-def test_bad_options(tmp_path: Path, spark_dir: Path) -> None:
+def test_bad_options(tmp_path: Path, native_dir: Path) -> None:
     runner = CliRunner()
-    result = runner.invoke(report_command, [str(spark_dir), "--budgets", "5,abc"])
+    result = runner.invoke(report_command, [str(native_dir), "--budgets", "5,abc"])
     assert result.exit_code == 2 and "give percents like 1,2,5,10,20" in result.output
     assert "Invalid value for '--budgets': 'abc' is not a number" in result.output
-    result = runner.invoke(report_command, [str(spark_dir), "--budgets", "0"])
+    result = runner.invoke(report_command, [str(native_dir), "--budgets", "0"])
     assert result.exit_code == 2
     assert "Invalid value for '--budgets': 0% is not in (0, 100]" in result.output
-    result = runner.invoke(report_command, [str(spark_dir), "--format", "csv"])
+    result = runner.invoke(report_command, [str(native_dir), "--format", "csv"])
     assert result.exit_code == 2
     assert parse_budgets("1, 2%,5") == (0.01, 0.02, 0.05)
     with pytest.raises(ValueError, match="budgets"):
@@ -209,12 +283,12 @@ def test_bad_options(tmp_path: Path, spark_dir: Path) -> None:
 
 
 def test_prices_reach_the_savings_and_are_shown_beside_the_defaults(
-    mixed_inputs: list[Path], tmp_path: Path
+    native_inputs: list[Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "dear.html"
     result = CliRunner().invoke(
         report_command,
-        [*map(str, mixed_inputs), "--out", str(out), "--budgets", "5", "--no-progress",
+        [*map(str, native_inputs), "--out", str(out), "--budgets", "5", "--no-progress",
          "--price", "ssd_usd_per_gb_month=1e9"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -229,13 +303,13 @@ def test_prices_reach_the_savings_and_are_shown_beside_the_defaults(
     assert result.exit_code == 2 and "is not a cost-model field" in result.output
 
 
-def test_unwritable_output_is_a_clear_error(spark_dir: Path, tmp_path: Path) -> None:
+def test_unwritable_output_is_a_clear_error(native_dir: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     result = CliRunner().invoke(
         report_command,
         [
-            str(spark_dir / "local-1430917381534"),
+            str(min(native_dir.glob("*.parquet"))),
             "--out",
             str(blocker / "r.html"),
             "--no-progress",
@@ -246,12 +320,13 @@ def test_unwritable_output_is_a_clear_error(spark_dir: Path, tmp_path: Path) -> 
     assert result.exit_code == 1 and "cannot write the report" in result.output
 
 
-def test_tiny_input_says_why_sections_are_missing(spark_dir: Path, tmp_path: Path) -> None:
+def test_tiny_input_says_why_sections_are_missing(real_rows: pa.Table, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    log = tmp_path / "tiny.parquet"
+    pq.write_table(real_rows.slice(0, 8), log)  # 8 files of one run
     out = tmp_path / "r.html"
-    result = CliRunner().invoke(
-        report_command,
-        [str(spark_dir / "application_1506645932520_24630151"), "--out", str(out), "--no-progress"],
-    )
+    result = CliRunner().invoke(report_command, [str(log), "--out", str(out), "--no-progress"])
     assert result.exit_code == 0, result.output
     data = json.loads(out.with_suffix(".json").read_text())
     assert "at least 40" in data["predictability"]["unavailable"]
@@ -295,11 +370,11 @@ def test_spark_logs_alone_leave_learned_placement_unavailable(
     assert "cross-validated over" not in html
 
 
-def test_bad_scheduler_is_a_usage_error(spark_dir: Path, tmp_path: Path) -> None:
+def test_bad_scheduler_is_a_usage_error(native_dir: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(
         report_command,
         [
-            str(spark_dir / "local-1430917381534"),
+            str(native_dir),
             "--scheduler",
             "thread",
             "--out",
@@ -320,12 +395,12 @@ def _no_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unwritable_output_is_refused_before_reading(
-    spark_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    native_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _no_analysis(monkeypatch)
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    log = str(spark_dir / "local-1430917381534")
+    log = str(native_dir)
     for out, why in (
         (blocker / "r.html", "is not a directory"),
         # no process, root included, may create files in /proc
@@ -339,7 +414,7 @@ def test_unwritable_output_is_refused_before_reading(
 
 
 def test_read_only_output_folder_is_refused_before_reading(
-    spark_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    native_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import os
 
@@ -352,7 +427,7 @@ def test_read_only_output_folder_is_refused_before_reading(
     try:
         result = CliRunner().invoke(
             report_command,
-            [str(spark_dir / "local-1430917381534"), "--out", str(ro / "r.html"), "--no-progress"],
+            [str(native_dir), "--out", str(ro / "r.html"), "--no-progress"],
         )
     finally:
         ro.chmod(0o755)
@@ -436,11 +511,18 @@ def test_no_numpy_warning_for_files_without_io(darshan_log: Path) -> None:
     ]
 
 
-def test_no_progress_bar_off_a_terminal(spark_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_no_progress_bar_off_a_terminal(
+    real_rows: pa.Table, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """stderr is no terminal here (pytest captures it): the bar is left out."""
+    import pyarrow.parquet as pq
+
     from logs_analysis.report import build_report
 
-    build_report([spark_dir / "local-1430917381534"], ReportConfig(progress=True))
+    log = tmp_path / "log.parquet"
+    pq.write_table(real_rows.slice(0, 30), log)
+    report = build_report([log], ReportConfig(progress=True))
+    assert report.data["rows"]["usable"] == 30
     err = capfd.readouterr().err
     assert "report:" not in err and "stage/s" not in err
 
