@@ -15,6 +15,7 @@ the same tier directories records (:mod:`placement.logwriter`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import multiprocessing
 import signal
@@ -182,8 +183,12 @@ class WorkerStorage:
         if self.writer is not None:
             writer = self.writer
 
-            def flush_if_due() -> None:
-                writer.maybe_flush(min_age_s=0)
+            async def flush_if_due() -> None:
+                # in a thread: a flush writes and fsyncs a file, which on a busy disk can
+                # take longer than a lease renewal may wait, and the event loop that renews
+                # leases and sends heartbeats must not wait for the disk (tornado awaits the
+                # coroutine and skips calls while one runs)
+                await asyncio.to_thread(writer.maybe_flush, min_age_s=0)
 
             pc = PeriodicCallback(flush_if_due, options.flush_interval_s * 1000)
             worker.periodic_callbacks[_FLUSH_CALLBACK] = pc

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -103,10 +105,46 @@ def test_a_workers_periodic_flush_writes_every_buffered_row(tmp_path: Path) -> N
         store = storage.store
         store.delete(store.create("a", FileRequest(file_kind="spill", created_at=time.time())))
         assert storage.state()["rows_pending"] == 1
-        flush_callback.callback()
+        asyncio.run(flush_callback.callback())
         assert storage.state()["rows_pending"] == 0 and len(storage.writer.files) == 1
-        flush_callback.callback()
+        asyncio.run(flush_callback.callback())
         assert len(storage.writer.files) == 1, "no file without rows"
+    finally:
+        storage.close()
+    assert read_logs(tmp_path / "logs").table.num_rows == 1
+
+
+def test_a_workers_periodic_flush_leaves_the_event_loop_free_while_the_disk_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush fsyncs its file; on a busy disk that can outlast a lease renewal's deadline,
+    so the worker's flush callback runs it in a thread: the event loop (lease renewals,
+    heartbeats) keeps running while the sync waits."""
+    worker = FakeWorker.bare(tmp_path / "local")
+    options = StorageOptions(log_dir=str(tmp_path / "logs"), route_p2p=False)
+    storage = WorkerStorage.attach(worker, options)
+    disk_free = threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:  # the disk is busy until the loop has ticked
+        assert disk_free.wait(30), "the event loop did not run while the file synced"
+        real_fsync(fd)
+
+    async def main() -> None:
+        flush = asyncio.ensure_future(worker.periodic_callbacks["placement-log-flush"].callback())
+        for _ in range(3):  # the loop runs on while the flush waits for the disk
+            await asyncio.sleep(0)
+        assert not flush.done()
+        disk_free.set()
+        await asyncio.wait_for(flush, 30)
+
+    try:
+        store = storage.store
+        store.delete(store.create("a", FileRequest(file_kind="spill", created_at=time.time())))
+        monkeypatch.setattr(logwriter_module.os, "fsync", slow_fsync)
+        asyncio.run(main())
+        monkeypatch.undo()
+        assert storage.state()["rows_pending"] == 0 and len(storage.writer.files) == 1
     finally:
         storage.close()
     assert read_logs(tmp_path / "logs").table.num_rows == 1
