@@ -7,8 +7,12 @@ that it did. Runs follow each other in time, as the workload suite runs them.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
 
@@ -73,3 +77,22 @@ def make_log(
             t += 60.0  # next run starts after this one ended
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     return table.replace_schema_metadata({SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+
+def merge_by_hand(directory: Path, sources: list[Path], name: str) -> Path:
+    """A merged log file of ``sources`` as compaction writes it (metadata written out here,
+    so that the reader-side rule is tested on its own), the sources left beside it: a
+    compaction stopped between its rename and its deletes."""
+    tables, parts, first = [], [], 0
+    for source in sources:
+        table = pq.read_table(source)
+        parts.append([source.name, first, table.num_rows, source.stat().st_size])
+        tables.append(table.replace_schema_metadata(None))
+        first += table.num_rows
+    metadata = {
+        SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(),
+        b"dataplane.placement.compacted_from": json.dumps(parts).encode(),
+    }
+    path = directory / name
+    pq.write_table(pa.concat_tables(tables).replace_schema_metadata(metadata), path)
+    return path

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import stat
@@ -21,6 +20,7 @@ from placement.logwriter import LogWriteError, LogWriter, read_logs
 from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
 from placement.storage import FileRequest, TieredFileStore
 from placement.storage.worker import StorageOptions, WorkerStorage
+from tests.placement.logtables import merge_by_hand
 
 
 def row(i: int, **kw: object) -> dict:
@@ -571,25 +571,6 @@ def test_bad_options_raise_placement_errors(tmp_path: Path) -> None:
         LogWriter(tmp_path, prefix="../x")
 
 
-def _merge_by_hand(directory: Path, sources: list[Path], name: str) -> Path:
-    """A merged log file of ``sources`` as compaction writes it (metadata written out here,
-    so that the reader-side rule is tested on its own), the sources left beside it: a
-    compaction stopped between its rename and its deletes."""
-    tables, parts, first = [], [], 0
-    for source in sources:
-        table = pq.read_table(source)
-        parts.append([source.name, first, table.num_rows, source.stat().st_size])
-        tables.append(table.replace_schema_metadata(None))
-        first += table.num_rows
-    metadata = {
-        SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(),
-        b"dataplane.placement.compacted_from": json.dumps(parts).encode(),
-    }
-    path = directory / name
-    pq.write_table(pa.concat_tables(tables).replace_schema_metadata(metadata), path)
-    return path
-
-
 def test_files_a_merged_file_holds_are_read_once(tmp_path: Path) -> None:
     writer = LogWriter(tmp_path, prefix="w", max_rows=3)
     for i in range(12):
@@ -597,7 +578,7 @@ def test_files_a_merged_file_holds_are_read_once(tmp_path: Path) -> None:
     writer.close()
     sources = sorted(tmp_path.glob("w-*.parquet"))
     assert len(sources) == 4
-    _merge_by_hand(tmp_path, sources[:3], "w-000001.abcd1234.compacted.parquet")
+    merge_by_hand(tmp_path, sources[:3], "w-000001.abcd1234.compacted.parquet")
     logs = read_logs(tmp_path)
     ids = logs.table["file_id"].to_pylist()
     assert sorted(ids) == sorted(f"f{i}" for i in range(12))  # each once
@@ -617,7 +598,7 @@ def test_a_listed_file_merged_and_deleted_before_its_read_is_read_from_the_merge
         for i in range(6):
             writer.add(row(i))
     sources = sorted(tmp_path.glob("w-*.parquet"))
-    _merge_by_hand(tmp_path, sources, "w-000001.abcd1234.compacted.parquet")
+    merge_by_hand(tmp_path, sources, "w-000001.abcd1234.compacted.parquet")
     for source in sources:
         source.unlink()
     logs = read_logs(sources)  # listed before the merge, read after it

@@ -230,52 +230,20 @@ def test_files_a_merged_log_file_holds_are_read_once(tmp_path: Path) -> None:
     """A compaction stopped between renaming its merged file in and deleting the files it
     merged: the report reads each row once and counts no duplicate."""
     from placement.logwriter import LogWriter
+    from tests.placement.logtables import merge_by_hand
+    from tests.placement.test_logwriter import row
 
     with LogWriter(tmp_path, prefix="w", max_rows=2) as writer:
         for i in range(8):
-            now = 1_700_000_000.0 + i
-            writer.add(
-                {
-                    "file_id": f"f{i}",
-                    "pipeline": "p",
-                    "run_id": "r",
-                    "stage": "s",
-                    "created_at": now,
-                    "file_kind": "spill",
-                    "deleted_at": now + 1,
-                    "size_bytes": 4096,
-                    "read_ops": 1,
-                    "write_ops": 1,
-                    "read_bytes": 4096,
-                    "write_bytes": 4096,
-                    "tier": "hdd",
-                }
-            )
+            writer.add(row(i, size_bytes=4096, read_bytes=4096, write_bytes=4096))
     sources = sorted(tmp_path.glob("w-*.parquet"))
-    tables, parts, first = [], [], 0
-    for source in sources[:3]:
-        table = pq.read_table(source)
-        parts.append([source.name, first, table.num_rows, source.stat().st_size])
-        tables.append(table.replace_schema_metadata(None))
-        first += table.num_rows
-    metadata = {
-        SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(),
-        b"dataplane.placement.compacted_from": json.dumps(parts).encode(),
-    }
-    merged = tmp_path / "w-000001.abcd1234.compacted.parquet"
-    pq.write_table(pa.concat_tables(tables).replace_schema_metadata(metadata), merged)
+    merge_by_hand(tmp_path, sources[:3], "w-000001.abcd1234.compacted.parquet")
     table, issues = read_table([tmp_path])
     assert sorted(table["file_id"].to_pylist()) == [f"f{i}" for i in range(8)]
     assert not issues  # before the rule: 6 rows counted as duplicates
     # a file planned, then merged and deleted before its chunk is read
     chunks, _ = plan_parquet(sources[3])
-    merged_again = tmp_path / "w-000004.abcd5678.compacted.parquet"
-    size = sources[3].stat().st_size
-    one = pq.read_table(sources[3])
-    metadata[b"dataplane.placement.compacted_from"] = json.dumps(
-        [[sources[3].name, 0, one.num_rows, size]]
-    ).encode()
-    pq.write_table(one.replace_schema_metadata(metadata), merged_again)
+    merge_by_hand(tmp_path, sources[3:], "w-000004.abcd5678.compacted.parquet")
     sources[3].unlink()
     loaded = [c.load() for c in chunks]
     assert [r.table["file_id"].to_pylist() for r in loaded] == [["f6", "f7"]]
