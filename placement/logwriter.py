@@ -10,9 +10,14 @@ yet flushed and never leaves an empty or torn Parquet file under a ``.parquet`` 
 
 Flushes happen when ``max_rows`` rows are buffered, when a row arrives ``max_interval_s``
 seconds after the last flush, on :meth:`LogWriter.maybe_flush` (called periodically by
-the worker plugin) and on :meth:`LogWriter.close`. A flush that fails keeps its rows
-buffered for the next attempt. A row that does not fit the schema is dropped alone (and
-counted in :attr:`LogWriter.rows_dropped`); the other rows of its flush are written.
+the worker plugin) and on :meth:`LogWriter.close`. A flush that :meth:`LogWriter.add`
+finds due runs on the caller's thread (:attr:`FlushMode.INLINE`, the default) or on the
+writer's own flusher thread (:attr:`FlushMode.BACKGROUND`, what a Dask worker's writer
+uses: rows are added by whichever thread deletes a file, sometimes the worker's event loop,
+which renews leases and sends heartbeats and must not wait for a disk's ``fsync``). A flush
+that fails keeps its rows buffered for the next attempt. A row that does not fit the schema
+is dropped alone (and counted in :attr:`LogWriter.rows_dropped`); the other rows of its
+flush are written.
 
 While flushes fail (a full or failing log disk), a full buffer no longer makes every new row
 retry: retries wait ``max_interval_s`` seconds (periodic flushes too), the first
@@ -60,6 +65,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +93,19 @@ class LogWriteError(PlacementError, OSError):
     """A log file could not be written; the rows stay buffered."""
 
 
+class FlushMode(str, Enum):
+    """Which thread writes a flush that :meth:`LogWriter.add` finds due."""
+
+    #: The thread that added the row: it waits for the file to be written and synced, so a
+    #: writer fed faster than its disk holds its callers back (scripts, the collector).
+    INLINE = "inline"
+    #: The writer's own flusher thread, started at the first such flush: ``add`` only
+    #: buffers the row and wakes it (for callers that must not wait for a disk, such as an
+    #: event loop). A writer fed faster than its disk buffers up to ``max_buffered_rows``
+    #: rows, then discards the oldest (counted in :attr:`LogWriter.rows_lost`).
+    BACKGROUND = "background"
+
+
 class LogWriter:
     """Buffers log rows and writes them to Parquet files in ``directory``.
 
@@ -106,6 +125,10 @@ class LogWriter:
         :attr:`rows_lost`.
     clock : callable, optional
         Monotonic clock in seconds, for the interval.
+    flush_mode : FlushMode or str, optional
+        Which thread writes a flush that :meth:`add` finds due (default ``inline``: the
+        caller's). :meth:`flush`, :meth:`maybe_flush` and :meth:`close` always write on
+        the calling thread.
     """
 
     def __init__(
@@ -117,7 +140,14 @@ class LogWriter:
         max_interval_s: float = 30.0,
         max_buffered_rows: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        flush_mode: FlushMode | str = FlushMode.INLINE,
     ) -> None:
+        try:
+            self.flush_mode = FlushMode(flush_mode)
+        except ValueError:
+            raise PlacementConfigError(
+                f"flush_mode={flush_mode!r} is not one of {[m.value for m in FlushMode]}"
+            ) from None
         if not isinstance(max_rows, int) or max_rows < 1:
             raise PlacementConfigError(f"max_rows={max_rows!r} must be a positive int")
         if max_buffered_rows is None:
@@ -157,6 +187,9 @@ class LogWriter:
         self._failing = False  # the last flush failed: a full buffer waits for the interval
         self._failure_logged_at: float | None = None
         self._directory_sync_failed = False
+        # FlushMode.BACKGROUND: the flusher thread, and what wakes it (a flush due, or close)
+        self._flusher: threading.Thread | None = None
+        self._wake = threading.Event()
         #: Rows written to files so far.
         self.rows_written = 0
         #: Rows dropped at a flush because they do not fit the log schema.
@@ -186,7 +219,28 @@ class LogWriter:
             due = (len(self._rows) >= self.max_rows and not self._failing) or (
                 self._clock() - self._last_flush >= self.max_interval_s
             )
+            if due and self.flush_mode is FlushMode.BACKGROUND:
+                if self._flusher is None:
+                    self._flusher = threading.Thread(
+                        target=self._flush_when_woken,
+                        name=f"placement-log-flush-{self.prefix}",
+                        daemon=True,  # a process ending without close() loses its rows, as inline
+                    )
+                    self._flusher.start()
+                self._wake.set()
+                return
         if due:
+            self._flush_logged()
+
+    def _flush_when_woken(self) -> None:
+        """The flusher thread (:attr:`FlushMode.BACKGROUND`): one flush per wake-up, until
+        :meth:`close` wakes it to end (close then writes what is left itself)."""
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                if self._closed:
+                    return
             self._flush_logged()
 
     def maybe_flush(self, *, min_age_s: float | None = None) -> Path | None:
@@ -382,14 +436,20 @@ class LogWriter:
     def close(self) -> None:
         """Flush the remaining rows; the writer accepts no more. Idempotent.
 
-        The writer refuses rows from the moment ``close`` starts. If the final flush
-        fails (:class:`LogWriteError`), the rows stay buffered and calling ``close``
-        again retries it.
+        The writer refuses rows from the moment ``close`` starts. A background flush
+        being written (:attr:`FlushMode.BACKGROUND`) is waited for and its thread ends;
+        the final flush is written on the calling thread. If it fails
+        (:class:`LogWriteError`), the rows stay buffered and calling ``close`` again
+        retries it.
         """
         with self._lock:
             if self._closed and not self._rows:
                 return
             self._closed = True
+            flusher, self._flusher = self._flusher, None
+        if flusher is not None:  # a flush it is writing ends first; it then takes no more
+            self._wake.set()
+            flusher.join()
         self.flush()
 
     def record_unlogged(self, record: Mapping[str, Any]) -> Path:

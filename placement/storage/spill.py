@@ -36,7 +36,7 @@ import dask
 from dask.utils import parse_bytes
 from distributed.spill import SpillBuffer
 
-from placement.logwriter import LogWriter
+from placement.logwriter import FlushMode, LogWriter
 from placement.storage.chooser import TierChooser
 from placement.storage.config import (
     LOG_DIR_KEY,
@@ -256,8 +256,17 @@ def tiered_spill_buffer(
         if max_spill is False
         else (parse_bytes(max_spill) if isinstance(max_spill, str) else int(max_spill))
     )
+    # spilling and deleting keys run on the worker's event loop as well as in its threads:
+    # the flushes their rows make due are written by the writer's own thread
     writer = (
-        LogWriter(logs, max_rows=log_max_rows, max_interval_s=log_max_interval_s) if logs else None
+        LogWriter(
+            logs,
+            max_rows=log_max_rows,
+            max_interval_s=log_max_interval_s,
+            flush_mode=FlushMode.BACKGROUND,
+        )
+        if logs
+        else None
     )
     store = TieredFileStore(ssd_dir=ssd, hdd_dir=hdd, chooser=chooser, sink=writer, label="worker")
     return TieredSpillBuffer(

@@ -26,7 +26,7 @@ from typing import Any
 from tornado.ioloop import PeriodicCallback
 
 from placement.errors import PlacementTypeError
-from placement.logwriter import LogWriter
+from placement.logwriter import FlushMode, LogWriter
 from placement.storage.chooser import TierChooser
 from placement.storage.config import (
     HDD_DIR_KEY,
@@ -166,7 +166,9 @@ class WorkerStorage:
             logs = options.log_dir or config_dir(LOG_DIR_KEY)
             _warn_defaults(options, ssd, hdd, logs)
             check_storage_dirs(ssd, hdd, logs)  # a clear error before anything is created
-            writer = LogWriter(logs) if logs else None
+            # rows come from whichever thread deletes a file, sometimes the event loop: the
+            # flushes they make due are written by the writer's own thread
+            writer = LogWriter(logs, flush_mode=FlushMode.BACKGROUND) if logs else None
             store = TieredFileStore(
                 ssd_dir=ssd, hdd_dir=hdd, chooser=options.chooser, sink=writer, label="worker"
             )

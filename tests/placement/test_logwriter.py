@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import placement.logwriter as logwriter_module
-from placement.logwriter import LogWriteError, LogWriter, read_logs
+from placement.logwriter import FlushMode, LogWriteError, LogWriter, read_logs
 from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
 from placement.storage import FileRequest, TieredFileStore
 from placement.storage.worker import StorageOptions, WorkerStorage
@@ -138,6 +138,8 @@ def test_a_workers_periodic_flush_leaves_the_event_loop_free_while_the_disk_sync
         disk_free.set()
         await asyncio.wait_for(flush, 30)
 
+    # the flushes that rows make due are off the loop too (tested with a spill buffer below)
+    assert storage.writer is not None and storage.writer.flush_mode is FlushMode.BACKGROUND
     try:
         store = storage.store
         store.delete(store.create("a", FileRequest(file_kind="spill", created_at=time.time())))
@@ -148,6 +150,148 @@ def test_a_workers_periodic_flush_leaves_the_event_loop_free_while_the_disk_sync
     finally:
         storage.close()
     assert read_logs(tmp_path / "logs").table.num_rows == 1
+
+
+def _fsync_held_until(released: threading.Event, timeouts: list[int] | None = None) -> object:
+    """An ``os.fsync`` that waits (at most 5 s) for ``released``: a busy disk. A wait that
+    times out (the thread that was to release it was the one waiting) is noted in
+    ``timeouts`` and fails the sync."""
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if not released.wait(5):
+            if timeouts is not None:
+                timeouts.append(fd)
+            raise OSError(5, "the disk was released only after the sync timed out")
+        real_fsync(fd)
+
+    return slow_fsync
+
+
+def _wait_for(condition: object, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_background_writers_due_flush_is_written_by_its_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flush_mode="background"``: the row that makes a flush due is only buffered; the
+    writer's thread writes the file while the adding thread goes on, and close() waits for
+    it and writes the rest."""
+    writer = LogWriter(tmp_path, max_rows=3, max_interval_s=3600, flush_mode="background")
+    disk_free = threading.Event()
+    writing: list[str] = []
+    real_write = logwriter_module.pq.write_table
+
+    def write_table(table: pa.Table, where: object, **kw: object) -> None:
+        writing.append(threading.current_thread().name)
+        real_write(table, where, **kw)
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", write_table)
+    monkeypatch.setattr(logwriter_module.os, "fsync", _fsync_held_until(disk_free))
+    for i in range(3):
+        writer.add(row(i))  # the third makes a flush due: it must not wait for the sync
+    _wait_for(lambda: writing)
+    assert writing == [f"placement-log-flush-{writer.prefix}"]
+    assert writer.files == [], "the flush is still waiting for the disk"
+    writer.add(row(3))  # taken while the flush waits
+    disk_free.set()
+    _wait_for(lambda: writer.rows_written == 3)
+    monkeypatch.undo()
+    writer.close()
+    assert writer.rows_written == 4 and len(writer.files) == 2
+    assert sorted(read_logs(tmp_path).table["file_id"].to_pylist()) == ["f0", "f1", "f2", "f3"]
+    assert not any(t.name.startswith("placement-log-flush-") for t in threading.enumerate())
+
+
+def test_closing_a_background_writer_waits_for_the_flush_it_is_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = LogWriter(tmp_path, max_rows=2, max_interval_s=3600, flush_mode="background")
+    disk_free = threading.Event()
+    monkeypatch.setattr(logwriter_module.os, "fsync", _fsync_held_until(disk_free))
+    writer.add(row(0))
+    writer.add(row(1))  # due: the flusher thread takes both rows and waits for the disk
+    _wait_for(lambda: writer.pending == 0)
+    writer.add(row(2))
+    closing = threading.Thread(target=writer.close)
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive(), "close waits for the flush being written"
+    disk_free.set()
+    closing.join(30)
+    assert not closing.is_alive()
+    monkeypatch.undo()
+    ids = read_logs(tmp_path).table["file_id"].to_pylist()
+    assert sorted(ids) == ["f0", "f1", "f2"], "each row once"
+    with pytest.raises(LogWriteError, match="closed"):
+        writer.add(row(3))
+
+
+def test_a_background_flush_that_fails_keeps_its_rows_for_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = LogWriter(tmp_path, max_rows=2, max_interval_s=3600, flush_mode="background")
+
+    def full(table: object, where: object, **kw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", full)
+    with caplog.at_level(logging.ERROR, logger="placement.logwriter"):
+        writer.add(row(0))
+        writer.add(row(1))  # due: written by the thread, which fails and logs it
+        _wait_for(lambda: "No space left" in caplog.text)
+    _wait_for(lambda: writer.pending == 2)
+    assert writer.files == []
+    monkeypatch.undo()
+    writer.close()  # the disk has room again
+    assert sorted(read_logs(tmp_path).table["file_id"].to_pylist()) == ["f0", "f1"]
+
+
+def test_a_spill_buffers_log_flush_leaves_the_event_loop_free_while_the_disk_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker deletes spilled keys on its event loop, which renews leases and sends
+    heartbeats: the log flush the deletion's row makes due must not hold the loop while
+    the disk syncs."""
+    import numpy as np
+
+    from placement.storage.spill import tiered_spill_buffer
+
+    buf = tiered_spill_buffer(
+        str(tmp_path / "local"), log_dir=tmp_path / "logs", target=1, log_max_rows=1
+    )
+    disk_free = threading.Event()
+    timeouts: list[int] = []
+
+    async def main() -> None:
+        buf["x"] = np.arange(1000)  # over the target: spilled to a file of the store
+        assert "x" in buf.disk
+        monkeypatch.setattr(logwriter_module.os, "fsync", _fsync_held_until(disk_free, timeouts))
+        del buf["x"]  # its file goes, its row makes a flush due
+        assert not timeouts, "deleting the key waited for the disk on the event loop"
+        for _ in range(3):  # the loop runs on while the flush waits for the disk
+            await asyncio.sleep(0)
+        disk_free.set()
+
+    try:
+        asyncio.run(main())
+        assert buf.log_writer is not None
+        _wait_for(lambda: buf.log_writer.rows_written == 1)  # type: ignore[union-attr]
+        monkeypatch.undo()
+    finally:
+        buf.close()
+    assert read_logs(tmp_path / "logs").table["file_kind"].to_pylist() == ["spill"]
+
+
+def test_a_writers_flush_mode_is_validated(tmp_path: Path) -> None:
+    from placement.errors import PlacementConfigError
+
+    with pytest.raises(PlacementConfigError, match="flush_mode='later' is not one of"):
+        LogWriter(tmp_path, flush_mode="later")
 
 
 def test_a_worker_without_tier_or_log_directories_says_so(
