@@ -31,6 +31,14 @@ once)"). Known companion files that are not logs, such as the ``summary.json`` t
 left out without a word when their content is not a log. A path named explicitly must
 be recognised, unless ``--format`` forces a format, in which case every file is read as
 that format.
+
+A directory listing is no snapshot: one made while ``dataplane placement compact`` renames
+a merged log file (``*.compacted.parquet``) in and deletes the files it holds may see
+neither. So the merged log files of every directory walked are listed again once the walk
+is done, and those it missed are added as native Parquet sources (not for ``--format
+spark|darshan``); the files a merged file holds are then left out by
+:func:`logs_analysis.readers.plan` (:mod:`placement.compacted`). A file named explicitly
+adds no merged file beside it.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from pathlib import Path
 
 from logs_analysis.errors import FormatError, InputError, TruncatedStreamError
 from logs_analysis.issues import ReadIssues
+from placement.compacted import merged_names
 
 __all__ = [
     "COMPANION_FILES",
@@ -232,6 +241,35 @@ def _hidden(name: str) -> bool:
     return name.startswith((".", "_")) or name.endswith((".crc", ".tmp"))
 
 
+def _missed_merged_files(directories: list[Path], seen: dict[Path, Path]) -> list[Source]:
+    """The merged log files in ``directories`` now that their walk did not reach.
+
+    A listing made while a compaction renames a merged file in and deletes its parts may
+    see neither (:mod:`placement.compacted`); each directory's merged files are listed
+    again here (:func:`placement.compacted.merged_names`).
+
+    Parameters
+    ----------
+    directories : list of Path
+        The directories walked.
+    seen : dict
+        Resolved path -> path, of every file and directory reached: a merged file reached
+        (named, or listed) is not added again.
+
+    Returns
+    -------
+    list of Source
+        Native Parquet sources, by directory then name.
+    """
+    missed: list[Source] = []
+    for directory in directories:
+        for name in sorted(merged_names(directory)):
+            path = directory / name
+            if not _hidden(name) and resolved_path(path) not in seen:
+                missed.append(Source(path, LogFormat.NATIVE, Container.PARQUET))
+    return missed
+
+
 def discover(
     paths: list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...],
     fmt: LogFormat | str = LogFormat.AUTO,
@@ -248,6 +286,8 @@ def discover(
     Returns
     -------
     (list of Source, ReadIssues)
+        The sources in the order reached, then the merged log files the walk of a directory
+        missed (a listing made during a compaction; see the module docstring).
 
     Raises
     ------
@@ -269,6 +309,7 @@ def discover(
     issues = ReadIssues()
     # resolved path -> the path it was first visited as (files, rolling and walked directories)
     seen: dict[Path, Path] = {}
+    walked: list[Path] = []  # directories listed, in the order walked
     rolling: set[Path] = set()  # resolved rolling event-log directories (read whole)
     first_error: dict[str, str] = {}  # reason -> the whole message of its first file
 
@@ -307,6 +348,7 @@ def discover(
                     detail=f"cannot list it: {why}; check its permissions",
                 )
                 return
+            walked.append(path)
             for child in children:
                 if not _hidden(child.name):
                     visit(child, False)
@@ -357,6 +399,8 @@ def discover(
         if not path.exists():
             raise InputError(f"log path {path} does not exist; check the path")
         visit(path, True)
+    if fmt in (LogFormat.AUTO, LogFormat.NATIVE):
+        sources.extend(_missed_merged_files(walked, seen))
     if not sources:
         skipped = f" ({issues.total} file(s) skipped: {', '.join(issues.counts)})" if issues else ""
         # what is wrong with the first file that could not be read (of each reason) says

@@ -10,7 +10,11 @@ rename and its deletes). The merged file's Parquet metadata lists the files it h
 * a file that a merged file of its directory lists, at the size listed, is not read
   (:func:`skip_compacted`);
 * a file listed by a reader, then merged and deleted before its read, is read from the
-  merged file that now holds it (:func:`read_covered`).
+  merged file that now holds it (:func:`read_covered`);
+* a directory listing is no snapshot: one made while a compaction renames a merged file
+  in and deletes its parts may see neither, so a reader that lists a directory lists its
+  merged files again (:func:`merged_names`) and reads those the listing missed
+  (:func:`skip_compacted` with ``relist``, :func:`logs_analysis.formats.discover`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ __all__ = [
     "CompactedPart",
     "compacted_parts",
     "covering_part",
+    "merged_names",
     "read_covered",
     "skip_compacted",
 ]
@@ -104,8 +109,17 @@ def compacted_parts(path: str | os.PathLike[str]) -> dict[str, CompactedPart]:
     return parts
 
 
-def _merged_names(directory: Path) -> set[str]:
-    """Names of the merged log files in ``directory`` now (empty if it cannot be listed)."""
+def merged_names(directory: str | os.PathLike[str]) -> set[str]:
+    """Names of the merged log files (``*.compacted.parquet``, not hidden) in ``directory`` now.
+
+    Lists ``directory`` again, for a reader whose listing of it may have missed a merged
+    file renamed in while it listed (see the module docstring).
+
+    Returns
+    -------
+    set of str
+        File names; empty if ``directory`` cannot be listed.
+    """
     try:
         with os.scandir(directory) as entries:
             return {
@@ -171,7 +185,7 @@ def skip_compacted(files: Iterable[Path], *, relist: bool = False) -> list[Path]
     for directory, listed in by_dir.items():
         merged = {f.name for f in listed if f.name.endswith(COMPACTED_SUFFIX)}
         if relist:
-            new = _merged_names(directory) - merged
+            new = merged_names(directory) - merged
             listed = listed + [directory / n for n in new]
             merged |= new
         if not merged:
@@ -186,7 +200,7 @@ def covering_part(path: str | os.PathLike[str]) -> tuple[Path, CompactedPart] | 
     """The merged file of ``path``'s directory that holds log file ``path`` now, and where in
     it; ``None`` if none does. Reads the footers of the directory's merged files only."""
     p = Path(path)
-    for name in sorted(_merged_names(p.parent)):
+    for name in sorted(merged_names(p.parent)):
         try:
             part = compacted_parts(p.parent / name).get(p.name)
         except (OSError, pa.ArrowException, ValueError):

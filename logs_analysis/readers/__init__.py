@@ -30,6 +30,9 @@ def plan(sources: Sequence[Source]) -> tuple[list[Chunk], ReadIssues]:
 
     Parquet logs that a merged log file among the sources holds (a directory being
     compacted: :func:`~logs_analysis.readers.native.skip_compacted_files`) are left out.
+    The merged files a directory's listing missed (one made while a compaction renamed a
+    merged file in and deleted its parts) are among the sources already: :func:`discover`
+    lists every walked directory's merged files again.
     """
     from logs_analysis.readers.native import skip_compacted_files
 

@@ -331,7 +331,9 @@ def skip_compacted_files(paths: list[Path]) -> set[Path]:
     """The Parquet log files among ``paths`` that a merged log file also among them, in the
     same directory, holds (:func:`placement.compacted.skip_compacted`): a directory being
     compacted, or whose compaction stopped before deleting them. Their rows are read from
-    the merged file, so these are not read (nor counted as duplicate rows)."""
+    the merged file, so these are not read (nor counted as duplicate rows). A merged file
+    that a directory's listing missed is among ``paths`` all the same: it is listed again
+    by :func:`logs_analysis.formats.discover`."""
     if not any(p.name.endswith(COMPACTED_SUFFIX) for p in paths):
         return set()
     kept = set(skip_compacted(paths))

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import placement.compact as compact_module
+import placement.logwriter as logwriter_module
 from logs_analysis.readers import read_table
 from placement.cli import placement_group
 from placement.compact import CompactError, compact
@@ -195,6 +196,33 @@ def test_a_file_merged_after_listing_is_read_from_the_merged_file(tmp_path: Path
     assert _ids(logs.table) == _ids(before) and logs.bad_files == []
     one = [read_logs([f]).table.num_rows for f in listed]
     assert one == [3] * 8
+
+
+def test_a_listing_torn_by_a_compaction_reads_every_row_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing made while a merged file was renamed in and its parts deleted saw neither
+    (a directory read in several calls): the merged file is listed again, not lost."""
+    _write(tmp_path, 4, 2)
+    before = read_logs(tmp_path).table
+    names = set(os.listdir(tmp_path))
+    compact(tmp_path, target_rows=6)
+    now = set(os.listdir(tmp_path))
+    (merged,) = [n for n in now if n.endswith(COMPACTED_SUFFIX)]
+    assert len(names - now) == 3  # its parts are gone
+    real_walk = os.walk
+
+    def torn_walk(top: Any, *args: Any, **kwargs: Any) -> Any:
+        for root, dirs, files in real_walk(top, *args, **kwargs):
+            if Path(root) == tmp_path:
+                files = [n for n in files if n in names]  # what was there before and after
+            yield root, dirs, files
+
+    monkeypatch.setattr(logwriter_module.os, "walk", torn_walk)
+    assert [f.name for f in log_files(tmp_path)] == [merged, "w-000004.parquet"]
+    logs = read_logs(tmp_path)
+    assert _ids(logs.table) == _ids(before) and len(_ids(logs.table)) == 8
+    assert logs.bad_files == []
 
 
 def test_unlogged_records_are_kept(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -255,3 +256,57 @@ def test_files_a_merged_log_file_holds_are_read_once(tmp_path: Path) -> None:
         "f6",
         "f7",
     ]
+
+
+def _compact_during_listing(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Eight rows in four files, three merged by a real compaction, and a listing of
+    ``directory`` torn by it: made while the merged file was renamed in and its parts
+    deleted, it saw neither (only what was there before and after). Returns the merged file."""
+    from placement.compact import compact
+    from placement.compacted import COMPACTED_SUFFIX
+    from placement.logwriter import LogWriter
+    from tests.placement.test_logwriter import row
+
+    with LogWriter(directory, prefix="w", max_rows=2) as writer:
+        for i in range(8):
+            writer.add(row(i))
+    before = {p.name for p in directory.iterdir()}
+    compact(directory, target_rows=6)
+    after = {p.name for p in directory.iterdir()}
+    (merged,) = [directory / n for n in after if n.endswith(COMPACTED_SUFFIX)]
+    assert len(before - after) == 3  # the parts are gone, the merged file is on disk
+    torn = [directory / n for n in sorted(before & after)]
+    real_iterdir = Path.iterdir
+
+    def iterdir(self: Path) -> Any:
+        return iter(torn) if self == directory else real_iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    return merged
+
+
+def test_a_listing_torn_by_a_compaction_reads_every_row_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    merged = _compact_during_listing(tmp_path, monkeypatch)
+    sources, _ = discover([tmp_path])
+    assert [s.path.name for s in sources] == ["w-000004.parquet", merged.name]
+    table, issues = read_table([tmp_path])
+    assert sorted(table["file_id"].to_pylist()) == [f"f{i}" for i in range(8)]
+    assert not issues
+    # the merged file named as well (by another spelling): still read once
+    monkeypatch.chdir(tmp_path)
+    table, issues = read_table([Path(merged.name), tmp_path])
+    assert sorted(table["file_id"].to_pylist()) == [f"f{i}" for i in range(8)]
+    assert not issues
+
+
+def test_a_file_named_explicitly_adds_no_merged_file_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _compact_during_listing(tmp_path, monkeypatch)
+    named = tmp_path / "w-000004.parquet"
+    sources, _ = discover([named])
+    assert [s.path for s in sources] == [named]
+    table, issues = read_table([named])
+    assert table["file_id"].to_pylist() == ["f6", "f7"] and not issues
