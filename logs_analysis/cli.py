@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
 from placement.cost import DEFAULT_BUDGETS, CostModel, budgets_from_percents, budgets_to_percents
 from placement.cost_option import price_option
+from placement.jsonout import dumps
 from placement.openmp import prefer_passive_wait
 
 __all__ = ["parse_budgets", "parse_scheduler", "report_command"]
@@ -51,6 +53,59 @@ def parse_scheduler(ctx: click.Context, param: click.Parameter, value: str) -> s
             ctx=ctx,
             param=param,
         ) from None
+
+
+def _summary_json(
+    data: dict[str, Any], html_path: Path, json_path: Path, csv_path: Path | None
+) -> dict[str, Any]:
+    """What ``dataplane report --json`` prints: the files written and the report's summary.
+
+    The report's JSON grows with the groups in the logs (up to 200 per grouping, with their
+    quantiles, and the savings per policy and budget), so stdout gets the figures the text
+    line gives, under the keys the report's JSON gives them, and the path of that JSON for
+    the rest: ``jq .rows.selected`` reads the same number from either.
+
+    Parameters
+    ----------
+    data : dict
+        The report's JSON (:attr:`logs_analysis.report.Report.data`), after it was written.
+    html_path, json_path : Path
+        The HTML and JSON written, as given (``--out``).
+    csv_path : Path or None
+        The per-group CSV written (``--csv``), or None.
+
+    Returns
+    -------
+    dict
+        ``html``, ``json``, ``csv`` (paths, ``csv`` null without ``--csv``);
+        ``report_version``, ``title``, ``generated_at``, ``rows``, ``filters`` and
+        ``timings_s`` (seconds) as in the report's JSON; ``issues`` as there without its
+        ``examples``. For example::
+
+            {"html": "report.html", "json": "report.json", "csv": null,
+             "report_version": 3, "title": "Intermediate-data I/O report: logs",
+             "generated_at": "2026-11-24T10:03:23+00:00",
+             "rows": {"read": 538, "usable": 538, "removed_by_filters": 324,
+                      "selected": 214, "skipped_lines_records_files": 0, "chunks": 6},
+             "filters": {"applied": true, "pipelines": ["dxt"], "since": null,
+                         "until": null, "removed": {"pipeline": 324},
+                         "unknown_pipelines": []},
+             "issues": {"total": 0, "malformed": 0, "skipped_inputs": 0, "counts": {}},
+             "timings_s": {"discover": 0.002, ..., "total": 4.9}}
+    """
+    issues = data["issues"]
+    return {
+        "html": str(html_path),
+        "json": str(json_path),
+        "csv": None if csv_path is None else str(csv_path),
+        "report_version": data["report_version"],
+        "title": data["title"],
+        "generated_at": data["generated_at"],
+        "rows": data["rows"],
+        "filters": data["filters"],
+        "issues": {k: v for k, v in issues.items() if k != "examples"},
+        "timings_s": data["timings_s"],
+    }
 
 
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
@@ -149,6 +204,15 @@ def parse_scheduler(ctx: click.Context, param: click.Parameter, value: str) -> s
     "(report.groups.csv for report.html).",
 )
 @click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    default=False,
+    help="Print the summary as JSON instead of the text line: the paths written (csv null "
+    "without --csv) and the rows, filters, issue counts and timings of the report's JSON, "
+    "under the same keys.",
+)
+@click.option(
     "--progress/--no-progress",
     default=True,
     show_default=True,
@@ -170,6 +234,7 @@ def report_command(
     since: str | None,
     until: str | None,
     write_csv: bool,
+    as_json: bool,
     progress: bool,
 ) -> None:
     """Analyse intermediate-data I/O logs and write a self-contained HTML report.
@@ -179,7 +244,8 @@ def report_command(
     rolling eventlog_v2_* directories) and Darshan logs, in any mix. Malformed lines and
     records, rows read twice (the same run_id and file_id) and files that are not logs are
     counted and shown in the report, never fatal. --pipeline, --since and --until select
-    the files every analysis covers; the report says how many rows they removed.
+    the files every analysis covers; the report says how many rows they removed. --json
+    prints the summary as one JSON document (warnings go to stderr).
     """
     prefer_passive_wait()  # before LightGBM loads OpenMP (see placement.openmp)
     from logs_analysis.errors import AnalysisError
@@ -211,6 +277,10 @@ def report_command(
     except (AnalysisError, PlacementError) as exc:
         raise click.ClickException(str(exc)) from exc
     data = report.data
+    csv_path = csv_path_for(html_path) if config.csv else None
+    if as_json:
+        click.echo(dumps(_summary_json(data, html_path, json_path, csv_path), indent=2))
+        return
     issues = data["issues"]
     not_read = (
         f", {issues['skipped_inputs']:,} input(s) not read (not logs, unreadable, unsupported "
@@ -219,8 +289,8 @@ def report_command(
         else ""
     )
     written = f"{html_path} and {json_path}"
-    if config.csv:
-        written = f"{html_path}, {json_path} and {csv_path_for(html_path)}"
+    if csv_path is not None:
+        written = f"{html_path}, {json_path} and {csv_path}"
     filtered = (
         f" (the filters removed {data['rows']['removed_by_filters']:,} of "
         f"{data['rows']['usable']:,})"
