@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -287,3 +288,141 @@ def test_a_second_compaction_at_once_is_refused(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert compact(tmp_path).files_after == 1
+
+
+def _interrupted(directory: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A compaction of every file of ``directory`` stopped after its rename: the merged file
+    and all of its parts are there. Returns the merged file's name."""
+    with monkeypatch.context() as m:
+        _fail_removes(m)
+        with pytest.raises(CompactError, match="readers skip it"):
+            compact(directory, target_rows=1000)
+    (merged,) = [n for n in os.listdir(directory) if n.endswith(COMPACTED_SUFFIX)]
+    return merged
+
+
+def _listing(directory: Path) -> dict[str, int]:
+    return {n: (directory / n).stat().st_size for n in os.listdir(directory)}
+
+
+def test_a_file_of_a_merged_name_but_another_size_is_not_a_leftover(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part of an interrupted compaction written again since (same name, other content) is
+    not the part the merged file holds: the next compaction keeps it."""
+    _write(tmp_path, 4, 2)
+    merged = _interrupted(tmp_path, monkeypatch)
+    rewritten = tmp_path / "w-000001.parquet"
+    size_before = rewritten.stat().st_size
+    one = pq.read_table(rewritten).slice(0, 1)
+    pq.write_table(one.set_column(0, "file_id", pa.array(["f100"])), rewritten)
+    assert rewritten.stat().st_size != size_before
+    result = compact(tmp_path, target_rows=8)  # the merged file is full: nothing to merge
+    assert sorted(p.name for p in result.leftovers_removed) == [
+        "w-000002.parquet",
+        "w-000003.parquet",
+        "w-000004.parquet",
+    ]
+    assert rewritten.exists()
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [compact_module.LOCK_NAME, merged, "w-000001.parquet"]
+    )
+    ids = read_logs(tmp_path).table["file_id"].to_pylist()
+    assert sorted(ids) == sorted([f"f{i}" for i in range(8)] + ["f100"])
+
+
+def test_a_merge_is_durable_before_its_parts_are_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A power loss at any point of a merge loses no row: the merged file's content is
+    synced under its temporary name, then renamed, then the rename synced, and only then
+    are its parts deleted (and the deletes synced)."""
+    _write(tmp_path, 3, 2)
+    events: list[tuple[str, ...]] = []
+    real_fsync, real_replace, real_remove = os.fsync, os.replace, os.remove
+
+    def observed_fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        what = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+        events.append(("fsync", what, str(st.st_ino)))
+        real_fsync(fd)
+
+    def observed_replace(src: Any, dst: Any) -> None:
+        events.append(("rename", Path(src).name, Path(dst).name))
+        real_replace(src, dst)
+
+    def observed_remove(path: Any, *args: Any, **kwargs: Any) -> None:
+        events.append(("remove", Path(path).name))
+        real_remove(path, *args, **kwargs)
+
+    monkeypatch.setattr(compact_module.os, "fsync", observed_fsync)
+    monkeypatch.setattr(compact_module.os, "replace", observed_replace)
+    monkeypatch.setattr(compact_module.os, "remove", observed_remove)
+    result = compact(tmp_path, target_rows=1000)
+    monkeypatch.undo()
+    (merge,) = result.merges
+    merged = merge.path.name
+    file_ino, dir_ino = str(merge.path.stat().st_ino), str(tmp_path.stat().st_ino)
+    assert events == [
+        ("fsync", "file", file_ino),  # the content, under the temporary name
+        ("rename", f".{merged}.tmp", merged),
+        ("fsync", "directory", dir_ino),  # the new name, before any part goes
+        ("remove", "w-000001.parquet"),
+        ("remove", "w-000002.parquet"),
+        ("remove", "w-000003.parquet"),
+        ("fsync", "directory", dir_ino),  # the deletes
+    ], events
+
+
+def test_a_dry_run_with_leftovers_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(tmp_path, 4, 2)
+    _interrupted(tmp_path, monkeypatch)
+    before = _listing(tmp_path)
+    result = compact(tmp_path, target_rows=1000, dry_run=True)
+    assert sorted(p.name for p in result.leftovers_removed) == [
+        f"w-00000{i}.parquet" for i in range(1, 5)
+    ]
+    assert "would remove 4 file(s)" in result.text()
+    assert _listing(tmp_path) == before
+
+
+def test_a_merged_file_short_of_rows_is_not_kept_and_its_parts_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(tmp_path, 3, 2)
+    before = _listing(tmp_path)
+    real_write = compact_module._write_table
+
+    def short_write(table: pa.Table, path: Path) -> None:
+        real_write(table.slice(0, 5), path)  # a row lost on the way
+
+    monkeypatch.setattr(compact_module, "_write_table", short_write)
+    with pytest.raises(CompactError, match="holds 5 rows, not the 6 of its parts"):
+        compact(tmp_path, target_rows=1000)
+    after = _listing(tmp_path)
+    assert after.pop(compact_module.LOCK_NAME) == 0
+    assert after == before
+
+
+def test_a_damaged_merged_file_is_reported_and_the_others_read(tmp_path: Path) -> None:
+    _write(tmp_path, 2, 3)
+    (tmp_path / "x.abcd1234.compacted.parquet").write_bytes(b"not parquet at all")
+    logs = read_logs(tmp_path)
+    assert _ids(logs.table) == sorted(f"f{i}" for i in range(6))
+    assert [p.name for p, _ in logs.bad_files] == ["x.abcd1234.compacted.parquet"]
+
+
+def test_a_file_of_this_version_with_other_columns_is_left_alone(tmp_path: Path) -> None:
+    _write(tmp_path, 3, 2)
+    one = pq.read_table(log_files(tmp_path)[0])
+    wider = one.append_column("extra", pa.array([1, 2]))
+    assert wider.schema.metadata[SCHEMA_VERSION_KEY] == str(SCHEMA_VERSION).encode()
+    pq.write_table(wider, tmp_path / "w-wider.parquet")
+    result = compact(tmp_path, target_rows=1000)
+    assert [p.name for p, _ in result.skipped] == ["w-wider.parquet"]
+    assert "columns" in result.skipped[0][1]
+    (merge,) = result.merges
+    assert [p.name for p in merge.sources] == [f"w-00000{i}.parquet" for i in range(1, 4)]
+    assert (tmp_path / "w-wider.parquet").exists()

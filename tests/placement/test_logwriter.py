@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import placement.logwriter as logwriter_module
-from placement.logwriter import FlushMode, LogWriteError, LogWriter, read_logs
+from placement.logwriter import FlushMode, LogWriteError, LogWriter, log_files, read_logs
 from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
 from placement.storage import FileRequest, TieredFileStore
 from placement.storage.worker import StorageOptions, WorkerStorage
@@ -748,3 +748,41 @@ def test_a_listed_file_merged_and_deleted_before_its_read_is_read_from_the_merge
     logs = read_logs(sources)  # listed before the merge, read after it
     assert sorted(logs.table["file_id"].to_pylist()) == [f"f{i}" for i in range(6)]
     assert logs.bad_files == []
+
+
+def test_closing_a_background_writer_ends_its_flusher_thread(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, max_rows=2, max_interval_s=3600, flush_mode="background")
+    real_flush = writer._flush_logged
+
+    def slow_flush() -> Path | None:  # the thread is still busy after its flush is written
+        written = real_flush()
+        time.sleep(0.3)
+        return written
+
+    writer._flush_logged = slow_flush  # type: ignore[method-assign]
+    writer.add(row(0))
+    writer.add(row(1))  # due: the flusher thread takes both rows
+    _wait_for(lambda: writer.rows_written == 2)
+    writer.close()
+    name = f"placement-log-flush-{writer.prefix}"
+    assert not [t for t in threading.enumerate() if t.name == name and t.is_alive()]
+    assert sorted(read_logs(tmp_path).table["file_id"].to_pylist()) == ["f0", "f1"]
+
+
+def test_a_row_arriving_exactly_at_the_interval_flushes(tmp_path: Path) -> None:
+    now = [0.0]
+    writer = LogWriter(tmp_path, max_rows=1000, max_interval_s=10, clock=lambda: now[0])
+    writer.add(row(1))
+    assert writer.pending == 1
+    now[0] = 10.0
+    writer.add(row(2))
+    assert writer.pending == 0 and writer.rows_written == 2
+    writer.close()
+
+
+def test_hidden_log_files_are_not_listed(tmp_path: Path) -> None:
+    with LogWriter(tmp_path, prefix="w") as w:
+        w.add(row(1))
+    (tmp_path / ".hidden.parquet").write_bytes(w.files[0].read_bytes())
+    assert [p.name for p in log_files(tmp_path)] == ["w-000001.parquet"]
+    assert read_logs(tmp_path).table.num_rows == 1
