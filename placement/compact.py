@@ -15,8 +15,10 @@ columns are exactly those of :data:`placement.schema.SCHEMA` at the current
 :data:`~placement.schema.SCHEMA_VERSION`, taken in name order. A file of another schema
 version or other columns, or one that cannot be read, is left alone and reported
 (:attr:`CompactResult.skipped`); it is never deleted. A merged file already of
-``target_rows`` rows or more is left as it is; smaller ones are merged again. The hidden
-records of unlogged files (``.unlogged-*.json``) are left as they are.
+``target_rows`` rows or more is left as it is; smaller ones are merged again. A merged file
+holds consecutive files only: one left alone ends a run, so the directory's rows keep the
+name order of their files. The hidden records of unlogged files (``.unlogged-*.json``) are
+left as they are.
 
 How a merge happens, and what a crash leaves
 --------------------------------------------
@@ -359,10 +361,12 @@ def _groups(
         why = _unusable(path)
         if why is not None:
             skipped.append((path, why))
+            close()  # a run of files merged is consecutive: no merged file spans this one
             continue
         meta = pq.read_metadata(path)
         candidate = _Candidate(name, meta.num_rows, path.stat().st_size)
-        if candidate.rows >= target_rows:  # full already: left as it is
+        if candidate.rows >= target_rows:  # full already: left as it is, and ends the run
+            close()
             continue
         if rows + candidate.rows > target_rows:
             close()

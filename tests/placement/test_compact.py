@@ -426,3 +426,18 @@ def test_a_file_of_this_version_with_other_columns_is_left_alone(tmp_path: Path)
     (merge,) = result.merges
     assert [p.name for p in merge.sources] == [f"w-00000{i}.parquet" for i in range(1, 4)]
     assert (tmp_path / "w-wider.parquet").exists()
+
+
+def test_a_merged_file_holds_consecutive_files_only(tmp_path: Path) -> None:
+    """A file left alone (full already, or of another schema) ends a run: no merged file
+    spans it, so the directory's rows keep their files' name order."""
+    nxt = _write(tmp_path, 2, 2, prefix="a")
+    nxt = _write(tmp_path, 1, 10, prefix="b", start=nxt)  # full at target_rows=10
+    _write(tmp_path, 2, 2, prefix="c", start=nxt)
+    result = compact(tmp_path, target_rows=10)
+    assert [[s.name for s in m.sources] for m in result.merges] == [
+        ["a-000001.parquet", "a-000002.parquet"],
+        ["c-000001.parquet", "c-000002.parquet"],
+    ]
+    ids = read_logs(tmp_path).table["file_id"].to_pylist()
+    assert ids == [f"f{i}" for i in range(18)], "name order, each row once"
