@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,36 @@ def test_json_errors_keep_their_exit_status_and_message(native_dir: Path, tmp_pa
     result = _report([str(native_dir), "--budgets", "0", "-o", str(out)])
     assert result.exit_code == 2 and result.stdout == ""
     assert "--budgets" in result.stderr
+
+
+def test_text_summary_says_what_the_filters_removed_of_the_usable_rows(
+    native_dir: Path,
+    real_rows: pa.Table,
+    native_report_files: tuple[Path, Path, str],
+    tmp_path: Path,
+) -> None:
+    from logs_analysis.cli import report_command
+
+    logs = tmp_path / "logs"
+    shutil.copytree(native_dir, logs)
+    # rows read but not usable (a negative operation count)
+    bad = real_rows.filter(pc.equal(real_rows["pipeline"], "pipe0")).slice(0, 3).to_pylist()
+    (logs / "bad.jsonl").write_text(
+        "".join(
+            json.dumps({**row, "file_id": f"bad{i}", "read_ops": -1}) + "\n"
+            for i, row in enumerate(bad)
+        )
+    )
+    out = tmp_path / "r.html"
+    args = [str(logs), "--pipeline", "pipe0", "-o", str(out), "--no-progress"]
+    result = CliRunner().invoke(report_command, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    usable, removed = rows["usable"], rows["removed_by_filters"]
+    assert usable == real_rows.num_rows and rows["read"] == usable + 3
+    assert 0 < removed < usable
+    (line,) = [x for x in result.output.splitlines() if x.startswith("wrote ")]
+    assert f"{rows['selected']:,} files (the filters removed {removed:,} of {usable:,})," in line
+    # without filters the line says nothing of them
+    assert "wrote " in native_report_files[2]
+    assert "the filters removed" not in native_report_files[2]

@@ -287,3 +287,65 @@ def test_spark_and_darshan_logs_are_filtered_by_creation_time(
     by_source = {Path(s["path"]).name: s["rows"] for s in data["inputs"]["sources"]}
     assert by_source["application_1506645932520_24630151"] == in_2018.num_rows
     assert by_source["local-1430917381534"] == 0 and by_source["dxt.darshan"] == 0
+
+
+@pytest.mark.parametrize("when", ["2026-11-24T04:20:00", "2026-11-24T04:20:00.250"])
+def test_since_is_inclusive_and_until_exclusive(when: str) -> None:
+    from logs_analysis.filters import TIME_RANGE, RowFilter
+
+    t = dt.datetime.fromisoformat(when).replace(tzinfo=UTC).timestamp()
+    table = pa.table({"created_at": pa.array([t - 1, t, t + 1], pa.float64())})
+    kept, stats = RowFilter(since=when).apply(table)
+    assert kept["created_at"].to_pylist() == [t, t + 1]
+    assert stats.removed == {TIME_RANGE: 1}
+    kept, stats = RowFilter(until=when).apply(table)
+    assert kept["created_at"].to_pylist() == [t - 1]
+    assert stats.removed == {TIME_RANGE: 2}
+    kept, stats = RowFilter(since=when, until=dt.datetime.fromtimestamp(t + 1, UTC)).apply(table)
+    assert kept["created_at"].to_pylist() == [t]
+    assert stats.removed == {TIME_RANGE: 2}
+    # a file created a fraction of a second before either end
+    near = pa.table({"created_at": pa.array([t - 0.125, t], pa.float64())})
+    assert RowFilter(since=when).apply(near)[0]["created_at"].to_pylist() == [t]
+    assert RowFilter(until=when).apply(near)[0]["created_at"].to_pylist() == [t - 0.125]
+
+
+def test_a_range_that_keeps_nothing_names_the_creation_times_of_every_file(
+    real_rows: pa.Table, tmp_path: Path
+) -> None:
+    from placement.logwriter import LogWriter
+
+    # the earliest and the latest creation times in files of their own, neither the
+    # first file nor the last
+    ordered = real_rows.sort_by("created_at").to_pylist()
+    q = len(ordered) // 4
+    rows = ordered[q : 2 * q] + ordered[:q] + ordered[3 * q :] + ordered[2 * q : 3 * q]
+    logs = tmp_path / "logs"
+    with LogWriter(logs, max_rows=100, prefix="w0") as writer:
+        for row in rows:
+            writer.add(row)
+    created = real_rows["created_at"].to_numpy()
+    spans = [_created_span(f) for f in sorted(logs.glob("*.parquet"))]
+    holds_min = [i for i, (lo, _) in enumerate(spans) if lo == created.min()]
+    holds_max = [i for i, (_, hi) in enumerate(spans) if hi == created.max()]
+    assert len(spans) > 3 and holds_min and holds_max
+    assert not set(holds_min + holds_max) & {0, len(spans) - 1, *(set(holds_min) & set(holds_max))}
+    out = str(tmp_path / "r.html")
+    res = _report([str(logs), "--since", "2090-01-01", "-o", out])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    message = " ".join(res.output.split())
+    low, high = (
+        dt.datetime.fromtimestamp(float(v), UTC).isoformat(timespec="seconds")
+        for v in (created.min(), created.max())
+    )
+    assert (
+        f"--since 2090-01-01T00:00:00+00:00 keeps none of them; they were created from {low} "
+        f"to {high} (UTC)"
+    ) in message
+
+
+def _created_span(path: Path) -> tuple[float, float]:
+    import pyarrow.parquet as pq
+
+    created = pq.read_table(path, columns=["created_at"])["created_at"].to_numpy()
+    return float(created.min()), float(created.max())

@@ -429,8 +429,24 @@ def test_same_file_reached_twice_is_read_once(tmp_path: Path) -> None:
         sources, issues = discover(args)
         assert len(sources) == 1, args
         assert issues.counts == {"duplicate path (read once)": 1}, args
+        assert issues.skipped_inputs == 1 and issues.malformed == 0, args
         table, _ = read_table(args)
         assert table.num_rows == 7, args
+
+
+def test_a_directory_named_twice_is_one_duplicate_however_many_files_it_holds(
+    tmp_path: Path,
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _write_jsonl(logs / "a.jsonl", [_native_row(i) for i in range(3)])
+    _write_jsonl(logs / "b.jsonl", [_native_row(i) for i in range(3, 5)])
+    args = [logs, tmp_path / "logs" / ".." / "logs"]
+    sources, issues = discover(args)
+    assert [s.path.name for s in sources] == ["a.jsonl", "b.jsonl"]
+    assert issues.counts == {"duplicate path (read once)": 1}
+    table, _ = read_table(args)
+    assert table.num_rows == 5
 
 
 def test_special_files_in_a_directory_are_counted(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from logs_analysis.issues import MAX_EXAMPLES
-from logs_analysis.validate import _hash_strings, duplicate_rows, key_hashes
+from logs_analysis.issues import MAX_EXAMPLES, ReadIssues
+from logs_analysis.readers.base import ChunkResult
+from logs_analysis.validate import _hash_strings, duplicate_rows, key_hashes, validate_rows
 
 # ----------------------------------------------------------------------------- string hash
 
@@ -161,3 +162,67 @@ def test_duplicate_rows_memory_is_a_few_bytes_a_row(
         tracemalloc.stop()
     assert sum(len(d.positions) for d in found.values()) == copied
     assert peak <= bytes_per_row * n, f"{peak / n:.1f} bytes a row"
+
+
+# ----------------------------------------------------------------------------- row checks
+
+
+def _rows(n: int, **columns: list) -> pa.Table:
+    """``n`` good rows in the placement log schema, with ``columns`` replaced."""
+    from placement.schema import SCHEMA
+
+    values: dict[str, list] = {
+        "file_id": [f"f{i}" for i in range(n)],
+        "pipeline": ["p"] * n,
+        "run_id": ["r"] * n,
+        "stage": ["s"] * n,
+        "created_at": [100.0 + i for i in range(n)],
+        "file_kind": ["spill"] * n,
+        "deleted_at": [110.0 + i for i in range(n)],
+        "size_bytes": [1000] * n,
+        "read_ops": [1] * n,
+        "write_ops": [1] * n,
+        "read_bytes": [1000] * n,
+        "write_bytes": [1000] * n,
+    }
+    values.update(columns)
+    fields = [pa.field(f.name, f.type) for f in SCHEMA if f.name in values]
+    return pa.table({f.name: pa.array(values[f.name], f.type) for f in fields})
+
+
+def _check(table: pa.Table) -> tuple[pa.Table, ReadIssues]:
+    return validate_rows(ChunkResult(table, ReadIssues(), "log.parquet", first_row=0))
+
+
+def test_a_file_deleted_when_it_was_created_is_kept() -> None:
+    table, issues = _check(_rows(3, deleted_at=[100.0, 105.0, 102.0]))
+    assert table.num_rows == 3 and not issues
+
+
+def test_a_deletion_time_that_is_not_a_number_drops_the_row() -> None:
+    table, issues = _check(_rows(3, deleted_at=[110.0, float("nan"), 112.0]))
+    assert table["file_id"].to_pylist() == ["f0", "f2"]
+    assert issues.counts == {"non-finite time": 1}
+    assert [e.location for e in issues.examples] == ["row 1"]
+
+
+def test_one_missing_run_id_drops_that_row() -> None:
+    table, issues = _check(_rows(4, run_id=["r", "r", None, "r"]))
+    assert table["file_id"].to_pylist() == ["f0", "f1", "f3"]
+    assert issues.counts == {"null run_id": 1}
+    assert [(e.reason, e.location) for e in issues.examples] == [("null run_id", "row 2")]
+
+
+def test_a_row_with_several_faults_is_counted_under_the_first() -> None:
+    table, issues = _check(_rows(3, file_id=["f0", None, "f2"], size_bytes=[1000, -1, 1000]))
+    assert table["file_id"].to_pylist() == ["f0", "f2"]
+    assert issues.counts == {"null file_id": 1}
+    assert issues.total == 1 and len(issues.examples) == 1
+
+
+def test_many_bad_rows_are_all_counted_and_a_few_kept_as_examples() -> None:
+    table, issues = _check(_rows(10, read_ops=[-1] * 7 + [1] * 3))
+    assert table["file_id"].to_pylist() == ["f7", "f8", "f9"]
+    assert issues.counts == {"negative read_ops": 7}
+    assert [e.location for e in issues.examples] == [f"row {i}" for i in range(MAX_EXAMPLES)]
+    assert MAX_EXAMPLES == 5

@@ -223,7 +223,7 @@ def test_special_file_named_explicitly(tmp_path: Path) -> None:
 
     fifo = tmp_path / "log.fifo"
     os.mkfifo(fifo)
-    with pytest.raises(InputError, match="not a regular file"):
+    with pytest.raises(InputError, match=r"log\.fifo is not a regular file or directory"):
         discover([fifo])
 
 
@@ -310,3 +310,17 @@ def test_a_file_named_explicitly_adds_no_merged_file_beside_it(
     assert [s.path for s in sources] == [named]
     table, issues = read_table([named])
     assert table["file_id"].to_pylist() == ["f6", "f7"] and not issues
+
+
+def test_a_listing_torn_by_a_compaction_in_a_subdirectory_finds_the_merged_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    merged = _compact_during_listing(sub, monkeypatch)
+    for fmt in ("auto", "native"):
+        sources, _ = discover([tmp_path], fmt=fmt)
+        assert [s.path for s in sources] == [sub / "w-000004.parquet", merged], fmt
+    table, issues = read_table([tmp_path])
+    assert sorted(table["file_id"].to_pylist()) == [f"f{i}" for i in range(8)]
+    assert not issues
