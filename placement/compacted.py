@@ -14,7 +14,7 @@ rename and its deletes). The merged file's Parquet metadata lists the files it h
 * a directory listing is no snapshot: one made while a compaction renames a merged file
   in and deletes its parts may see neither, so a reader that lists a directory lists its
   merged files again (:func:`merged_names`) and reads those the listing missed
-  (:func:`skip_compacted` with ``relist``, :func:`logs_analysis.formats.discover`).
+  (:func:`skip_compacted` with ``relist``; the report's discovery does the same).
 """
 
 from __future__ import annotations

@@ -204,7 +204,8 @@ def test_a_background_writers_due_flush_is_written_by_its_own_thread(
     writer.close()
     assert writer.rows_written == 4 and len(writer.files) == 2
     assert sorted(read_logs(tmp_path).table["file_id"].to_pylist()) == ["f0", "f1", "f2", "f3"]
-    assert not any(t.name.startswith("placement-log-flush-") for t in threading.enumerate())
+    flusher = f"placement-log-flush-{writer.prefix}"
+    assert not any(t.name == flusher for t in threading.enumerate()), "its thread ended"
 
 
 def test_closing_a_background_writer_waits_for_the_flush_it_is_writing(
