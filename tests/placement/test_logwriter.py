@@ -21,6 +21,7 @@ from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
 from placement.storage import FileRequest, TieredFileStore
 from placement.storage.worker import StorageOptions, WorkerStorage
 from tests.placement.logtables import merge_by_hand
+from tests.placement.waiting import wait_until
 
 
 def row(i: int, **kw: object) -> dict:
@@ -168,13 +169,6 @@ def _fsync_held_until(released: threading.Event, timeouts: list[int] | None = No
     return slow_fsync
 
 
-def _wait_for(condition: object, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_a_background_writers_due_flush_is_written_by_its_own_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -194,12 +188,12 @@ def test_a_background_writers_due_flush_is_written_by_its_own_thread(
     monkeypatch.setattr(logwriter_module.os, "fsync", _fsync_held_until(disk_free))
     for i in range(3):
         writer.add(row(i))  # the third makes a flush due: it must not wait for the sync
-    _wait_for(lambda: writing)
+    wait_until(lambda: writing)
     assert writing == [f"placement-log-flush-{writer.prefix}"]
     assert writer.files == [], "the flush is still waiting for the disk"
     writer.add(row(3))  # taken while the flush waits
     disk_free.set()
-    _wait_for(lambda: writer.rows_written == 3)
+    wait_until(lambda: writer.rows_written == 3)
     monkeypatch.undo()
     writer.close()
     assert writer.rows_written == 4 and len(writer.files) == 2
@@ -216,7 +210,7 @@ def test_closing_a_background_writer_waits_for_the_flush_it_is_writing(
     monkeypatch.setattr(logwriter_module.os, "fsync", _fsync_held_until(disk_free))
     writer.add(row(0))
     writer.add(row(1))  # due: the flusher thread takes both rows and waits for the disk
-    _wait_for(lambda: writer.pending == 0)
+    wait_until(lambda: writer.pending == 0)
     writer.add(row(2))
     closing = threading.Thread(target=writer.close)
     closing.start()
@@ -244,8 +238,8 @@ def test_a_background_flush_that_fails_keeps_its_rows_for_the_next(
     with caplog.at_level(logging.ERROR, logger="placement.logwriter"):
         writer.add(row(0))
         writer.add(row(1))  # due: written by the thread, which fails and logs it
-        _wait_for(lambda: "No space left" in caplog.text)
-    _wait_for(lambda: writer.pending == 2)
+        wait_until(lambda: "No space left" in caplog.text)
+    wait_until(lambda: writer.pending == 2)
     assert writer.files == []
     monkeypatch.undo()
     writer.close()  # the disk has room again
@@ -281,7 +275,7 @@ def test_a_spill_buffers_log_flush_leaves_the_event_loop_free_while_the_disk_syn
     try:
         asyncio.run(main())
         assert buf.log_writer is not None
-        _wait_for(lambda: buf.log_writer.rows_written == 1)  # type: ignore[union-attr]
+        wait_until(lambda: buf.log_writer.rows_written == 1)  # type: ignore[union-attr]
         monkeypatch.undo()
     finally:
         buf.close()
@@ -763,7 +757,7 @@ def test_closing_a_background_writer_ends_its_flusher_thread(tmp_path: Path) -> 
     writer._flush_logged = slow_flush  # type: ignore[method-assign]
     writer.add(row(0))
     writer.add(row(1))  # due: the flusher thread takes both rows
-    _wait_for(lambda: writer.rows_written == 2)
+    wait_until(lambda: writer.rows_written == 2)
     writer.close()
     name = f"placement-log-flush-{writer.prefix}"
     assert not [t for t in threading.enumerate() if t.name == name and t.is_alive()]

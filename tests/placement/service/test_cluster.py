@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from placement.service.service import STALE_LEASES
 from placement.storage import worker_storage_state
 from placement.workloads import worker_addresses
 from tests.placement.conftest import MEMORY_LIMIT, TIGHT_MEMORY
+from tests.placement.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -99,14 +100,6 @@ def totals(client: Any) -> dict[str, int]:
 
 def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before.get(k, 0) for k in after}
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def live_ssd_files_other_than_spill(dask_worker: Any) -> int:

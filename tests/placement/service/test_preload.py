@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.placement import waiting
 from tests.placement.conftest import unwritable_dir
 
 pytestmark = pytest.mark.timeout(300)
@@ -80,11 +81,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def wait_until(check: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {PATIENCE} s waiting for {what}")
-        time.sleep(0.05)
+    waiting.wait_until(check, what, timeout=PATIENCE)
 
 
 # ---------------------------------------------------------------------- the scheduler

@@ -1,0 +1,18 @@
+"""Waiting in tests for what another thread or process does."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+
+def wait_until(check: Callable[[], object], what: str = "", *, timeout: float = 15.0) -> None:
+    """Poll ``check`` every 50 ms until it is true; fail the test after ``timeout`` seconds,
+    naming ``what`` was awaited."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
