@@ -564,6 +564,47 @@ def test_rows_added_while_a_flush_fails_queue_behind_its_rows_within_the_bound(
     assert kept == ["f1", "f2", "f10", "f11", "f12"], "the failed rows first, then the new ones"
 
 
+def test_a_background_writer_fed_faster_than_its_disk_keeps_the_newest_rows_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``flush_mode="background"`` with the log disk full throughout: ``add`` never writes
+    nor raises, the buffer stops at ``max_buffered_rows`` keeping the newest rows, the rows
+    it discards are counted, and the failure is logged once, by the flusher thread."""
+    writer = LogWriter(
+        tmp_path,
+        max_rows=4,
+        max_interval_s=3600,
+        max_buffered_rows=20,
+        flush_mode="background",
+        clock=lambda: 0.0,
+    )
+    writing: list[str] = []
+
+    def full(table: object, where: object, **kw: object) -> None:
+        writing.append(threading.current_thread().name)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(logwriter_module.pq, "write_table", full)
+    with caplog.at_level(logging.WARNING, logger="placement.logwriter"):
+        for i in range(50):
+            writer.add(row(i))  # the flusher fails meanwhile, as often as it is woken
+
+        def errors() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+        # a failing flush takes the rows out, puts them back, then logs: wait for that
+        wait_until(lambda: errors() and writer.pending == 20, "a failed flush")
+    assert writer.rows_lost == 30, "50 rows, the 20 newest kept"
+    flusher = f"placement-log-flush-{writer.prefix}"
+    assert writing and set(writing) == {flusher}, "only the writer's thread wrote"
+    assert len(errors()) == 1 and errors()[0].threadName == flusher, "one traceback, its thread's"
+    monkeypatch.undo()  # the disk has room again
+    writer.close()
+    assert writer.rows_written == 20 and writer.rows_lost == 30
+    kept = read_logs(tmp_path).table["file_id"].to_pylist()
+    assert kept == [f"f{i}" for i in range(30, 50)], "the newest rows, in order"
+
+
 def test_rows_arriving_while_close_flushes_are_refused_and_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
