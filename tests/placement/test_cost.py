@@ -195,3 +195,78 @@ def test_with_prices_changes_the_named_fields_only() -> None:
 def test_with_prices_refuses_bad_items_naming_them(item: str, message: str) -> None:
     with pytest.raises(PlacementConfigError, match=message):
         with_prices([item])
+
+
+def test_a_month_is_a_twelfth_of_a_julian_year() -> None:
+    # 365.25 days * 86400 s / 12 = 2_629_800 s
+    assert SECONDS_PER_MONTH == 2_629_800
+    assert CostModel().ssd_cost(GB, 2_629_800) == pytest.approx(0.08)  # 1 GB for a month
+
+
+def test_wear_alone_or_transfer_alone_makes_the_break_even_depend_on_lifetime() -> None:
+    wear, transfer = CostModel(ssd_usd_per_tb_written=0.057), CostModel(hdd_bytes_per_s=270e6)
+    assert wear.prices_lifetime and transfer.prices_lifetime
+    assert wear.break_even_density(0.1) > wear.break_even_density(10.0)
+
+
+def test_equal_capacity_prices_make_every_file_save() -> None:
+    """An HDD byte-second as dear as an SSD's (c_h >= c_s): the break-even density is 0."""
+    same = CostModel(hdd_usd_per_gb_month=0.08)
+    assert same.hdd_usd_per_byte_second == same.ssd_usd_per_byte_second
+    assert same.break_even_density() == 0.0
+    assert same.break_even_density(1.0) == 0.0
+    assert same.saving(1e6, 1.0, 0.0) >= 0  # no operations at all: it still breaks even
+
+
+def test_break_even_density_weighs_writes_and_reads_by_their_own_ratios() -> None:
+    full = CostModel(ssd_usd_per_tb_written=0.057, hdd_bytes_per_s=270e6)
+    size, life = 1e6, 1.0
+    for a, r in ((3.0, 0.5), (0.5, 3.0)):
+        d = full.break_even_density(life, write_bytes_per_byte=a, read_bytes_per_byte=r)
+        for factor, sign in ((1.5, 1), (1 / 1.5, -1)):
+            ops = factor * d * size * life
+            saving = full.saving(size, life, ops, io_bytes=(a + r) * size, write_bytes=a * size)
+            assert np.sign(saving) == sign
+
+
+def test_a_file_whose_transfer_alone_outweighs_its_ssd_capacity_saves_at_any_density() -> None:
+    """Transfer priced, no wear, a short life: the break-even density is 0, never negative."""
+    transfer = CostModel(hdd_bytes_per_s=270e6)
+    size, life = 1e6, 1e-3
+    # q = 300 / (60 * 2_629_800) / 270e6 = 7.0e-15 $/byte; (a + r) * q / life = 1.4e-11
+    # $/byte-second of HDD transfer against c_s = 0.08 / 1e9 / 2_629_800 = 3.0e-17 of SSD
+    assert transfer.saving(size, life, 0.0, io_bytes=2 * size, write_bytes=size) > 0
+    assert transfer.break_even_density(life) == 0.0
+    assert (transfer.break_even_density(np.array([life, 1.0])) == 0.0).all()
+
+
+def test_budgets_may_be_the_whole_peak_and_skip_empty_items() -> None:
+    assert budget_share("100") == 1.0 and budget_share("100%") == 1.0
+    assert budgets_from_percents("1, 5,") == pytest.approx((0.01, 0.05))  # a trailing comma
+
+
+def test_with_prices_keeps_the_base_prices_it_does_not_name() -> None:
+    base = CostModel(ssd_usd_per_gb_month=0.1, hdd_bytes_per_s=270e6)
+    model = with_prices(["hdd_drive_usd=400"], base)
+    assert model.hdd_drive_usd == 400
+    assert model.ssd_usd_per_gb_month == 0.1 and model.hdd_bytes_per_s == 270e6
+    assert with_prices(["hdd_bytes_per_s="], base).hdd_bytes_per_s is None  # empty: not priced
+
+
+def test_a_price_set_to_its_default_is_not_reported_as_changed() -> None:
+    model = with_prices(["hdd_usd_per_gb_month=0.045", "hdd_drive_usd=400"])
+    assert prices_changed(model) == {"hdd_drive_usd": 400.0}
+    assert prices_text(with_prices(["hdd_usd_per_gb_month=0.045"])).startswith("prices: defaults")
+
+
+def test_a_file_that_rewrites_its_bytes_pays_for_its_wear_even_on_a_dear_hdd() -> None:
+    """HDD capacity dearer than SSD's, but not dear enough to cover three writes of wear."""
+    wear = CostModel(hdd_usd_per_gb_month=0.1, ssd_usd_per_tb_written=0.057)
+    size, life, a = 1e6, 1e4, 3.0
+    # c_h - c_s = 0.02 / 1e9 / 2_629_800 = 7.6e-18 $/byte-s lies between w / life = 5.7e-18
+    # and a * w / life = 1.7e-17 (w = 0.057 / 1e12 $/byte written)
+    d = wear.break_even_density(life, write_bytes_per_byte=a, read_bytes_per_byte=0.0)
+    assert d > 0
+    for factor, sign in ((1.5, 1), (1 / 1.5, -1)):
+        ops = factor * d * size * life
+        assert np.sign(wear.saving(size, life, ops, write_bytes=a * size)) == sign

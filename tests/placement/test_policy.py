@@ -22,6 +22,7 @@ from placement.policy import (
     check_capacity,
     oracle_admissions,
 )
+from placement.schema import MIN_LIFETIME_S
 from placement.tier import Tier
 
 
@@ -386,3 +387,150 @@ def test_configuration_errors_are_placement_errors_and_builtin_errors() -> None:
         assert isinstance(info.value, builtin), info.value
     assert issubclass(PlacementConfigError, ValueError)
     assert issubclass(PlacementTypeError, TypeError)
+
+
+# ---------------------------------------------------------------- ledger and occupancy accounting
+def test_occupancy_is_a_share_in_zero_to_one_and_a_zero_capacity_is_full() -> None:
+    assert OccupancyBasis.AFTER.occupancy(20, 5, 100) == pytest.approx(0.25)
+    assert OccupancyBasis.AFTER.occupancy(90, 20, 100) == 1.0  # would overfill it: full
+    assert OccupancyBasis.BEFORE.occupancy(120, 0, 100) == 1.0  # over budget after a resize
+    for basis in OccupancyBasis:
+        assert basis.occupancy(0, 5, 0) == 1.0
+    assert SSDLedger(0).occupancy == 1.0
+    assert AdaptiveThresholdPolicy(0).admitted_share() == 0.0
+    # an empty file still fits a zero capacity, as in the oracle
+    assert AdaptiveThresholdPolicy(0).place("empty", -5.0, 0, 0.0) is Tier.SSD
+
+
+def test_ledger_holds_one_reservation_per_file() -> None:
+    ledger = SSDLedger(100)
+    assert ledger.admit("a", 10)
+    assert not ledger.admit("a", 10)  # already held: no second reservation
+    assert ledger.used == 10 and len(ledger) == 1
+    assert ledger.release("a") == 10 and ledger.used == 0
+
+
+def test_ledger_resize_follows_real_bytes_floored_at_zero() -> None:
+    ledger = SSDLedger(20)
+    assert ledger.admit("a", 10)
+    ledger.resize("a", 30)  # grew past its reservation: over budget until released
+    assert ledger.used == 30 and ledger.occupancy == 1.5
+    ledger.resize("a", -5)
+    assert ledger.used == 0
+    ledger.resize("ghost", 7)  # holds nothing: no-op
+    assert ledger.used == 0 and "ghost" not in ledger
+    assert ledger.release("a") == 0 and ledger.used == 0
+
+
+# ---------------------------------------------------------------- the threshold's window
+def test_old_predictions_leave_the_window() -> None:
+    p = AdaptiveThresholdPolicy(100, window=4, min_window=4, refresh=1)
+    for pred in (-1.0, -2.0, -3.0, -4.0):
+        p.observe(pred, 10)
+    assert p.threshold(occupancy=0.75) == -2.0  # the densest half of the four
+    for pred in (-10.0, -11.0, -12.0, -13.0):
+        p.observe(pred, 10)
+    assert p.threshold(occupancy=0.75) == -11.0  # only the last four count
+
+
+def test_the_exponent_sets_the_share_of_recent_bytes_admitted() -> None:
+    # (1 - 0.75) ** 0.5 = 0.5, (1 - 0.75) ** 1 = 0.25, (1 - 0.75) ** 2 = 0.0625
+    for exponent, share in ((0.5, 0.5), (1.0, 0.25), (2.0, 0.0625)):
+        p = AdaptiveThresholdPolicy(100, min_window=4, refresh=1, exponent=exponent)
+        assert p.admitted_share(0.75) == pytest.approx(share)
+    p = AdaptiveThresholdPolicy(100, min_window=4, refresh=1, exponent=1.0)
+    for pred in (-1.0, -2.0, -3.0, -4.0):
+        p.observe(pred, 10)
+    assert p.threshold(occupancy=0.75) == -1.0  # the densest quarter: the densest file
+
+
+def test_empty_files_weigh_as_one_byte_in_the_window() -> None:
+    p = AdaptiveThresholdPolicy(100, min_window=4, refresh=1)
+    for pred in (-1.0, -2.0, -3.0, -4.0):
+        p.observe(pred, 0)
+    assert p.threshold(occupancy=0.75) == -2.0  # equal weights: the densest half
+
+
+def test_predictions_of_files_sent_to_hdd_still_move_the_threshold() -> None:
+    """Files that fail the break-even test go to HDD, but their predictions enter the window."""
+    p = AdaptiveThresholdPolicy(
+        10**9, min_window=4, refresh=1, cost_model=WEAR, expected_lifetime=lambda _id: 0.1
+    )
+    floor = p.break_even_log_density(0.1)
+    for i, pred in enumerate((floor - 1, floor - 2, floor - 3, floor - 4)):
+        assert p.place(i, pred, 10, float(i)) is Tier.HDD
+    assert p.threshold(occupancy=0.75) == floor - 2  # the densest half of four equal files
+
+
+# ---------------------------------------------------------------- the break-even test's lifetimes
+def test_a_prediction_at_the_break_even_density_is_worth_ssd() -> None:
+    """A predicted saving of exactly zero is non-negative: the file may go to SSD."""
+    p = AdaptiveThresholdPolicy(10**9, cost_model=WEAR, expected_lifetime=lambda _id: 1.0)
+    floor = p.break_even_log_density(1.0)
+    assert p.worth_ssd("f", floor)
+    assert not p.worth_ssd("f", math.nextafter(floor, -math.inf))
+    assert p.place("at-break-even", floor, 10, 0.0) is Tier.SSD
+
+
+def test_learned_lifetime_is_the_geometric_mean_of_released_files() -> None:
+    p = AdaptiveThresholdPolicy(10**9, cost_model=WEAR)
+    p.place("short", -3.0, 10, 0.0)
+    p.place("long", -3.0, 10, 0.0)
+    p.release("short", 0.1)
+    p.release("long", 1000.0)
+    # 10 ** ((log10 0.1 + log10 1000) / 2) = 10 ** 1 = 10 s
+    assert p.break_even_log_density() == pytest.approx(math.log10(WEAR.break_even_density(10.0)))
+
+
+def test_a_file_released_as_it_is_created_counts_as_living_the_minimum_lifetime() -> None:
+    p = AdaptiveThresholdPolicy(10**9, cost_model=WEAR)
+    p.place("instant", -3.0, 10, 5.0)
+    p.release("instant", 5.0)
+    expected = math.log10(WEAR.break_even_density(MIN_LIFETIME_S))
+    assert p.break_even_log_density() == pytest.approx(expected)
+
+
+def test_expected_lifetimes_below_the_minimum_are_priced_at_the_minimum() -> None:
+    p = AdaptiveThresholdPolicy(10**9, cost_model=WEAR, expected_lifetime=lambda _id: 1e-6)
+    assert p.break_even_log_density(1e-6) == p.break_even_log_density(MIN_LIFETIME_S)
+    assert p.break_even_log_density(1e-6) < math.log10(WEAR.break_even_density(1e-6))
+
+
+# ---------------------------------------------------------------- small files first, the oracle
+def test_small_files_first_admits_a_file_of_exactly_the_size_limit() -> None:
+    p = SmallFilesFirstPolicy(1000, max_size_bytes=100)
+    assert p.place("at-limit", math.nan, 100, 0.0) is Tier.SSD
+    assert p.place("over-limit", math.nan, 101, 0.0) is Tier.HDD
+
+
+def test_small_files_first_ranks_an_empty_file_as_the_smallest() -> None:
+    p = SmallFilesFirstPolicy(100, min_window=4, refresh=1)
+    for i, size in enumerate((10, 20, 30, 40)):
+        p.place(("warm", i), math.nan, size, float(i))
+        p.release(("warm", i), float(i))
+    assert p.place("filler", math.nan, 90, 10.0) is Tier.SSD
+    assert math.isfinite(p.threshold())  # 90% full: only the smallest recent files get in
+    assert p.place("empty", math.nan, 0, 11.0) is Tier.SSD
+
+
+def test_oracle_admissions_break_value_ties_by_creation_time() -> None:
+    created, deleted = np.array([5.0, 0.0]), np.array([10.0, 10.0])
+    size, value = np.array([6.0, 6.0]), np.array([1.0, 1.0])
+    # only one fits; equal value: the earlier file wins
+    assert oracle_admissions(created, deleted, size, value, 10).tolist() == [False, True]
+
+
+def test_oracle_admissions_keep_files_valued_exactly_at_the_minimum() -> None:
+    created, deleted = np.array([0.0, 0.0]), np.array([1.0, 1.0])
+    size, value = np.array([1.0, 1.0]), np.array([2.0, 1.0])
+    mask = oracle_admissions(created, deleted, size, value, 10, min_value=2.0)
+    assert mask.tolist() == [True, False]
+
+
+def test_oracle_admissions_take_a_zero_lifetime_file_only_where_it_fits() -> None:
+    """A file deleted as it is created holds its bytes at that instant."""
+    one = np.array([1.0])
+    assert oracle_admissions(one, one, np.array([5.0]), one, 10).tolist() == [True]
+    created, deleted = np.array([0.0, 1.0]), np.array([2.0, 1.0])
+    size, value = np.array([10.0, 5.0]), np.array([2.0, 1.0])
+    assert oracle_admissions(created, deleted, size, value, 10).tolist() == [True, False]
