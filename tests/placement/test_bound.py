@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -218,3 +219,62 @@ def test_the_bound_holds_whatever_duals_the_solver_returns(
         loose = savings_upper_bound(trace, cap).savings_usd
         assert best <= loose * (1 + 1e-12), noise
         assert exact <= loose * (1 + 1e-9), noise  # the solver's own duals are the tightest
+
+
+def test_a_zero_byte_file_takes_ssd_for_free_and_the_bound_counts_it() -> None:
+    # no budget at all, yet a 0-byte file fits (0 <= 0) and saves its whole gain
+    trace = _trace([0, 0], [10, 10], [0, 10 * MB], [50_000, 50_000])
+    ssd, hdd = trace.costs(CostModel())
+    gain = hdd - ssd
+    assert gain[0] > 0
+    placed = simulate(trace, FirstFitPolicy(0), CostModel(), 0, keep_tiers=True)
+    assert placed.tiers.tolist() == [1, 0]
+    bound = savings_upper_bound(trace, 0)
+    assert bound.n_files == 0  # nothing to pack: the free file is added outside the program
+    assert bound.savings_usd == pytest.approx(gain[0])
+    assert bound.savings_fraction == pytest.approx(gain[0] / hdd.sum())
+    assert placed.savings_usd <= bound.savings_usd * (1 + 1e-9)
+
+
+def test_a_file_the_size_of_the_whole_budget_can_be_placed_and_is_counted() -> None:
+    trace = _trace([0], [10], [100 * MB], [50_000])
+    ssd, hdd = trace.costs(CostModel())
+    gain = float((hdd - ssd)[0])
+    assert gain > 0
+    placed = simulate(trace, FirstFitPolicy(100 * MB), CostModel(), 100 * MB)
+    assert placed.savings_usd == pytest.approx(gain)
+    bound = savings_upper_bound(trace, 100 * MB)
+    assert bound.n_files == 1
+    assert bound.savings_usd == pytest.approx(gain, rel=1e-6)
+
+
+def test_files_that_lose_money_on_ssd_stay_out_of_the_bound() -> None:
+    # big files read once over a long life: SSD capacity costs more than the HDD they free
+    trace = _trace([0, 0], [1e6, 1e6], [50 * MB, 40 * MB], [1, 1])
+    ssd, hdd = trace.costs(CostModel())
+    assert ((hdd - ssd) < 0).all()
+    bound = savings_upper_bound(trace, 100 * MB)
+    assert bound.n_files == 0 and bound.n_times == 0
+    assert bound.savings_usd == 0.0 and bound.savings_fraction == 0.0
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_the_bound_ignores_duals_that_are_not_finite(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NaN or infinite duals price nothing: the bound falls back to every gain, still finite."""
+    import scipy.optimize
+
+    trace = _trace([0, 0], [10, 10], [60 * MB, 60 * MB], [50_000, 50_000])
+    ssd, hdd = trace.costs(CostModel())
+    gain = hdd - ssd
+    real = scipy.optimize.linprog
+    for bad in (math.nan, math.inf):
+
+        def broken(*args, bad=bad, **kwargs):
+            res = real(*args, **kwargs)
+            res.eqlin = SimpleNamespace(marginals=np.full_like(res.eqlin.marginals, bad))
+            return res
+
+        monkeypatch.setattr(scipy.optimize, "linprog", broken)
+        bound = savings_upper_bound(trace, 100 * MB)
+        # every y is 0: each file keeps its whole gain as slack
+        assert bound.savings_usd == pytest.approx(gain.sum()), bad

@@ -23,7 +23,7 @@ from placement.features import (
     log_density,
     size_estimate,
 )
-from placement.schema import ID_COLUMNS, OUTCOME_COLUMNS
+from placement.schema import ID_COLUMNS, MIN_SIZE_BYTES, OUTCOME_COLUMNS
 from tests.placement.logtables import make_log
 
 OUTCOME_NUMERIC = ["deleted_at", "size_bytes", "read_ops", "write_ops", "read_bytes", "write_bytes"]
@@ -307,3 +307,149 @@ def test_size_estimate_without_an_expected_size_uses_the_stage_mean_size(
     empty = HistoryStore().lookup("new", "stage")
     assert math.isnan(size_estimate(math.nan, empty))
     assert size_estimate(5.0, empty) == 5.0
+
+
+def _one_run(sizes: list[int], lives: list[float], ops: list[int]) -> pd.DataFrame:
+    """One run of pipeline ``pipe0``: its ``load`` files get the given outcomes."""
+    log = make_log(pipelines=1, runs=1, files_per_stage=len(sizes)).to_pandas()
+    load = (log["stage"] == "load").to_numpy()
+    log.loc[load, "size_bytes"] = sizes
+    log.loc[load, "deleted_at"] = log.loc[load, "created_at"].to_numpy() + np.asarray(lives)
+    log.loc[load, "read_ops"] = np.asarray(ops) - 1
+    log.loc[load, "write_ops"] = 1
+    return log
+
+
+def test_clean_table_keeps_empty_idle_files_deleted_when_created(log: pd.DataFrame) -> None:
+    """Zero bytes, zero operations and a zero lifetime are usable; only negatives are not."""
+    edge = log.head(3).copy()
+    edge.loc[0, "deleted_at"] = edge.loc[0, "created_at"]
+    edge.loc[1, ["size_bytes", "read_bytes", "write_bytes"]] = 0
+    edge.loc[2, ["read_ops", "write_ops"]] = 0
+    out, issues = clean_table(edge)
+    assert len(out) == 3 and issues.n_dropped == 0
+
+
+def test_clean_table_drops_rows_with_an_infinite_time(log: pd.DataFrame) -> None:
+    bad = log.head(3).copy()
+    bad.loc[0, "deleted_at"] = math.inf
+    bad.loc[1, "created_at"] = -math.inf
+    out, issues = clean_table(bad)
+    assert len(out) == 1 and issues.dropped == {"non-finite time": 2}
+
+
+def test_history_means_floor_sizes_and_lifetimes_and_rate_ops_per_second() -> None:
+    # load files: 0 bytes deleted when created with 2 ops; 1 MB over 1 s with 10 ops;
+    # 100 kB over 10 s with 100 ops. Sizes floor at 4096 B, lifetimes at 1 ms.
+    log = _one_run([0, 10**6, 10**5], [0.0, 1.0, 10.0], [2, 10, 100])
+    hist = HistoryStore(log).lookup("pipe0", "load")
+    assert hist["h_ps_lsize"] == pytest.approx((math.log10(4096) + 6 + 5) / 3)
+    assert hist["h_ps_llife"] == pytest.approx((-3 + 0 + 1) / 3)
+    # operations per second: 2 / 1e-3, 10 / 1, 100 / 10
+    assert hist["h_ps_lrate"] == pytest.approx((math.log10(2000) + 1 + 1) / 3)
+    densities = log_density(log[log["stage"] == "load"])
+    assert hist["h_ps_ld"] == pytest.approx(densities.mean())
+    assert hist["h_ps_sd"] == pytest.approx(densities.std())  # over the files, not a sample
+
+
+def test_size_ratios_place_the_file_against_its_levels_mean_size(log: pd.DataFrame) -> None:
+    feats = build_features(log)
+    for level in ("ps", "k"):
+        seen = (feats[f"h_{level}_n"] > 0).to_numpy()
+        np.testing.assert_allclose(
+            feats.loc[seen, f"h_{level}_size_ratio"],
+            feats.loc[seen, "log_expected_size"] - feats.loc[seen, f"h_{level}_lsize"],
+        )
+    # a file 10x the mean size of its (pipeline, stage) is one log ratio above it
+    store = HistoryStore(log)
+    row = log.iloc[0].to_dict()
+    lsize = store.lookup(row["pipeline"], row["stage"])["h_ps_lsize"]
+    got = features_from_request({**row, "expected_size_bytes": 10 ** (lsize + 1)}, store)
+    assert got[FEATURE_COLUMNS.index("h_ps_size_ratio")] == pytest.approx(1.0)
+
+
+def test_size_growth_history_counts_only_files_that_logged_a_positive_expected_size() -> None:
+    # grew 10x from 100 B; expected 0 (no ratio); no expected size at all
+    log = _one_run([1000, 10**6, 10**4], [1.0, 1.0, 1.0], [2, 2, 2])
+    load = (log["stage"] == "load").to_numpy()
+    log["expected_size_bytes"] = log["expected_size_bytes"].astype("Float64")
+    log.loc[load, "expected_size_bytes"] = [100, 0, None]
+    hist = HistoryStore(log).lookup("pipe0", "load")
+    assert hist["h_ps_lgrow"] == pytest.approx(1.0)
+    assert size_estimate(3.0, hist) == pytest.approx(4.0)
+
+
+def test_rate_density_of_a_file_below_the_minimum_size_uses_the_minimum(log: pd.DataFrame) -> None:
+    """Densities floor sizes at MIN_SIZE_BYTES; the history's rate density does the same."""
+    store = HistoryStore(log)
+    row = log.iloc[0].to_dict()
+    col = FEATURE_COLUMNS.index("h_ps_rate_density")
+    rates = [
+        features_from_request({**row, "expected_size_bytes": size}, store)[col]
+        for size in (10, MIN_SIZE_BYTES)
+    ]
+    lrate = store.lookup(row["pipeline"], row["stage"])["h_ps_lrate"]
+    assert rates == pytest.approx([lrate - math.log10(MIN_SIZE_BYTES)] * 2)
+    batch = build_features(log.assign(expected_size_bytes=10))
+    seen = (batch["h_ps_n"] > 0).to_numpy()
+    np.testing.assert_allclose(
+        batch.loc[seen, "h_ps_rate_density"],
+        batch.loc[seen, "h_ps_lrate"] - math.log10(MIN_SIZE_BYTES),
+    )
+
+
+def test_kind_density_moved_to_a_file_ten_times_larger_is_ten_times_sparser(
+    log: pd.DataFrame,
+) -> None:
+    feats = build_features(log)
+    seen = (feats["h_k_n"] > 0).to_numpy()
+    np.testing.assert_allclose(
+        feats.loc[seen, "h_k_ld_adj"], feats.loc[seen, "h_k_ld"] - feats.loc[seen, "h_k_size_ratio"]
+    )
+    store = HistoryStore(log)
+    row = log.iloc[0].to_dict()
+    hist = store.lookup(row["pipeline"], row["stage"], row["file_kind"], row["operator"])
+    size = 10 ** (hist["h_k_lsize"] + 1)
+    got = features_from_request({**row, "expected_size_bytes": size}, store)
+    assert got[FEATURE_COLUMNS.index("h_k_ld_adj")] == pytest.approx(hist["h_k_ld"] - 1)
+
+
+def test_no_output_partitions_counts_as_one_in_batch_and_request_features(
+    log: pd.DataFrame,
+) -> None:
+    zero = log.head(1).assign(n_partitions_out=0)
+    col = FEATURE_COLUMNS.index("log_input_per_partition")
+    expected = math.log10(float(zero.loc[0, "input_bytes"]))
+    assert build_features(zero).loc[0, "log_input_per_partition"] == pytest.approx(expected)
+    assert features_from_request(zero.iloc[0].to_dict())[col] == pytest.approx(expected)
+
+
+def test_a_request_with_no_history_has_zero_counts_as_batch_features_do(log: pd.DataFrame) -> None:
+    store = HistoryStore(log)
+    new = {**log.iloc[0].to_dict(), "pipeline": "new", "stage": "new", "file_kind": "other"}
+    new["operator"] = "cache"
+    row = features_from_request(new, store)
+    for level in HISTORY_LEVELS:
+        assert row[FEATURE_COLUMNS.index(f"h_{level}_n")] == 0.0, level
+        assert np.isnan(row[FEATURE_COLUMNS.index(f"h_{level}_ld")]), level
+    first = build_features(log).iloc[0]  # the first file of the log has no history either
+    assert (first[[f"h_{level}_n" for level in HISTORY_LEVELS]] == 0).all()
+
+
+def test_a_run_added_in_parts_ends_at_its_last_deletion_over_every_part() -> None:
+    """A run stored in two parts, its latest file first, is history only after that file."""
+    log = make_log(pipelines=1, runs=2, files_per_stage=3).to_pandas()
+    first = log[log["run_id"] == "pipe0-run0"]
+    last = first["deleted_at"].idxmax()
+    store = HistoryStore(first.loc[[last]])
+    store.add(first.drop(index=last))
+    end = float(first["deleted_at"].max())
+    early_end = float(first.drop(index=last)["deleted_at"].max())
+    assert early_end < end
+    query = log[log["run_id"] == "pipe0-run1"].head(2).reset_index(drop=True)
+    query["created_at"] = [(early_end + end) / 2, np.nextafter(end, math.inf)]
+    feats = store.features_for(query)
+    assert (feats.loc[0, [f"h_{level}_n" for level in HISTORY_LEVELS]] == 0).all()
+    assert feats.loc[1, "h_p_n"] == pytest.approx(np.log1p(len(first)))
+    alone = store.features_for(query.tail(1))  # the same file queried on its own
+    assert alone.loc[0, "h_p_n"] == pytest.approx(np.log1p(len(first)))

@@ -10,7 +10,7 @@ import pytest
 
 from placement.cost import CostModel
 from placement.policy import AdaptiveThresholdPolicy, AllHDDPolicy, FirstFitPolicy, OraclePolicy
-from placement.schema import SCHEMA
+from placement.schema import MIN_SIZE_BYTES, SCHEMA
 from placement.simulator import Trace, overlap_runs, peak_live_bytes, simulate
 from placement.tier import Tier
 from tests.placement.logtables import make_log
@@ -172,7 +172,8 @@ def test_overlapped_runs_keep_their_own_timing_and_start_k_times_as_often() -> N
     )
     starts = out.groupby("run_id")["created_at"].min().loc[runs.index].to_numpy()
     expected = runs["start"].iloc[0] + np.concatenate([[0], np.cumsum(duration[:-1])]) / 4
-    np.testing.assert_allclose(starts, expected)
+    # times are epoch seconds (~1.7e9): a relative tolerance would hide minutes
+    np.testing.assert_allclose(starts, expected, rtol=0, atol=1e-3)
     # runs now overlap: live bytes peak higher than when they ran one after another
     assert peak_live_bytes(out) > peak_live_bytes(log)
     # k = 1 only closes the gaps between runs
@@ -183,7 +184,7 @@ def test_overlapped_runs_keep_their_own_timing_and_start_k_times_as_often() -> N
         .loc[runs.index]
     )
     np.testing.assert_allclose(
-        closed["start"].iloc[1:].to_numpy(), closed["end"].iloc[:-1].to_numpy()
+        closed["start"].iloc[1:].to_numpy(), closed["end"].iloc[:-1].to_numpy(), rtol=0, atol=1e-3
     )
     for bad in (0, -1.0, float("nan"), True, "2"):
         with pytest.raises(ValueError, match="overlap k="):
@@ -390,3 +391,81 @@ def test_roster_rejects_an_extra_policy_named_like_a_built_in_one(name: str) -> 
         trace, CostModel(), stage_history=pred, lightgbm=pred, extra={"true-density": pred}
     )
     assert [r[0] for r in roster][-2:] == ["true-density", "oracle"]
+
+
+def test_a_known_size_of_zero_is_told_as_zero_not_replaced() -> None:
+    """A size estimate of 0 bytes is a known size; only NaN falls back to the expected size."""
+    df = _log([(0.0, 2.0, 5000, 4), (1.0, 3.0, 300, 4)])
+    df["expected_size_bytes"] = [100, None]
+    est = Trace.from_clean(df, known_size=np.array([0.0, math.nan]))
+    assert est.known_size.tolist() == [0, 300]
+
+
+def test_overlapped_runs_start_after_the_durations_of_the_runs_before_them() -> None:
+    # runs of 10 s, 4 s and 1 s, logged apart; at k = 2 run j starts at (durations before j) / 2
+    df = _log([(0.0, 10.0, 100, 2), (20.0, 24.0, 100, 2), (30.0, 31.0, 100, 2)])
+    df["run_id"] = ["a", "b", "c"]
+    out = overlap_runs(df, 2)
+    np.testing.assert_allclose(out["created_at"], [0.0, 10 / 2, (10 + 4) / 2])
+    np.testing.assert_allclose(out["deleted_at"] - out["created_at"], [10.0, 4.0, 1.0])
+
+
+def test_deleting_an_overruled_file_frees_no_ssd_bytes() -> None:
+    # file 0 fills the SSD; file 1 is overruled to HDD and deleted at t=2; file 2 (t=3) still
+    # finds the SSD full of file 0
+    df = _log([(0.0, 10.0, 100, 2), (1.0, 2.0, 100, 2), (3.0, 4.0, 100, 2)])
+    r = simulate(df, AlwaysSSD(), CostModel(), 100, keep_tiers=True)
+    assert r.tiers.tolist() == [1, 0, 0] and r.overruled == 2 and r.peak_ssd_bytes == 100
+
+
+def test_ssd_byte_seconds_count_a_tiny_file_as_a_whole_block() -> None:
+    """Byte-seconds are counted at the size files are priced at, at least MIN_SIZE_BYTES."""
+    # a 100-byte file on SSD next to a MIN_SIZE_BYTES file on HDD, equal lifetimes: half each
+    df = _log([(0.0, 1.0, 100, 2), (0.0, 1.0, MIN_SIZE_BYTES, 2)])
+    r = simulate(df, FirstFitPolicy(100), CostModel(), 100, keep_tiers=True)
+    assert r.tiers.tolist() == [1, 0]
+    assert r.ssd_byte_seconds_share == pytest.approx(0.5)
+
+
+def test_default_hdd_fleet_has_the_drives_the_peak_live_bytes_need() -> None:
+    drive = int(CostModel().hdd_drive_capacity_bytes)
+    # 1.5 drives' worth of bytes alive at once needs 2 drives; exactly one drive's worth, 1
+    for peak, drives in ((drive + drive // 2, 2), (drive, 1), (4096, 1)):
+        r = simulate(_log([(0.0, 1.0, peak, 2)]), AllHDDPolicy(), CostModel(), 0)
+        assert r.hdd_drives == drives
+        assert r.hdd_iops_supply == pytest.approx(drives * CostModel().hdd_iops_per_drive)
+
+
+def test_a_fleet_of_no_hdd_is_refused() -> None:
+    df = _log([(0.0, 1.0, 100, 2)])
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="hdd_drives"):
+            simulate(df, AllHDDPolicy(), CostModel(), 0, hdd_drives=bad)  # type: ignore[arg-type]
+
+
+def test_a_demand_equal_to_the_hdd_supply_is_no_overload() -> None:
+    # 340 ops over 2 s is 170 ops/s, what one drive serves (CostModel().hdd_iops_per_drive)
+    assert CostModel().hdd_iops_per_drive == 170
+    r = simulate(_log([(0.0, 2.0, 4096, 340)]), AllHDDPolicy(), CostModel(), 0, hdd_drives=1)
+    assert r.hdd_peak_iops_demand == pytest.approx(170)
+    assert r.hdd_overload_s == 0.0 and r.hdd_overload_ops == 0.0
+
+
+def test_overload_time_share_is_over_the_whole_replay_whatever_the_row_order() -> None:
+    # a quiet file logged first, over [10, 12); two files of 200 ops/s each over [0, 3)
+    # overload one drive (170 ops/s) for 3 s of the 12 s from first creation to last deletion
+    df = _log([(10.0, 12.0, 4096, 2), (0.0, 2.0, 4096, 400), (1.0, 3.0, 4096, 400)])
+    r = simulate(df, AllHDDPolicy(), CostModel(), 0, hdd_drives=1)
+    assert r.duration_s == pytest.approx(12.0)
+    assert r.hdd_overload_s == pytest.approx(3.0)
+    assert r.hdd_overload_time_share == pytest.approx(3.0 / 12.0)
+    assert r.to_dict()["hdd_overload_time_share"] == pytest.approx(0.25)
+
+
+def test_the_budget_defaults_to_the_policys_own_ledger() -> None:
+    df = _log([(0.0, 1.0, 100, 2), (0.5, 1.0, 100, 2)])
+    r = simulate(df, FirstFitPolicy(150), CostModel())
+    assert r.ssd_capacity_bytes == 150 and r.ssd_files == 1
+    # a policy without a ledger gets no SSD: every request is overruled
+    rogue = simulate(df, AlwaysSSD(), CostModel())
+    assert rogue.ssd_capacity_bytes == 0 and rogue.ssd_files == 0 and rogue.overruled == 2
