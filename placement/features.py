@@ -307,7 +307,8 @@ class HistoryStore:
     For every history level (:data:`HISTORY_LEVELS`) and key (e.g. a (pipeline,
     stage) pair) it keeps, per run, the count of files and sums of log10 density,
     its square, log10 lifetime, log10 operation rate (operations per second of life)
-    and log10 size. A run counts as finished at its last file's deletion.
+    and log10 size. A run counts as finished at its last file's deletion (or at a later
+    creation of a file whose row the store cannot use).
 
     A file's history features (:meth:`features_for`) use only runs that had finished
     *strictly before the file was created*; its own run is never among them (a run
@@ -339,8 +340,13 @@ class HistoryStore:
         return len(self._run_ids)
 
     def add(self, table: pa.Table | pd.DataFrame) -> None:
-        """Add the rows of finished runs (rows of a run already stored are added to it)."""
-        df, _ = clean_table(table)
+        """Add the rows of finished runs (rows of a run already stored are added to it).
+
+        Only the rows :func:`clean_table` keeps add statistics; a run's end also counts
+        the times of the rows it drops (:meth:`_run_ends`).
+        """
+        raw = _as_frame(table)
+        df, _ = clean_table(raw)
         if df.empty:
             return
         life = _num(df, "deleted_at") - _num(df, "created_at")
@@ -367,10 +373,9 @@ class HistoryStore:
                 "lsize": np.log10(size),
                 "lgrow": np.nan_to_num(grow, nan=0.0),
                 "ng": np.isfinite(grow).astype(np.float64),
-                "deleted_at": _num(df, "deleted_at"),
             }
         )
-        end = base.groupby("run_id", sort=False)["deleted_at"].max()
+        end = self._run_ends(raw).loc[base["run_id"].unique()]
         self._run_ids.update(end.index)
         for level, keys in HISTORY_LEVELS.items():
             agg = (
@@ -389,6 +394,22 @@ class HistoryStore:
             agg["end"] = agg["run_id"].map(self._run_end(end, level))
             self._runs[level] = agg
         self._latest = None
+
+    @staticmethod
+    def _run_ends(df: pd.DataFrame) -> pd.Series:
+        """Each run's end (s): the latest finite creation or deletion time of its rows.
+
+        Rows :func:`clean_table` drops count too: :func:`build_features` still featurizes
+        them, and a run must end no earlier than each of its files is created, or a
+        dropped file created last would see its own run as history.
+        """
+        created, deleted = _num(df, "created_at"), _num(df, "deleted_at")
+        with np.errstate(invalid="ignore"):
+            times = np.fmax(  # fmax skips a NaN operand
+                np.where(np.isfinite(created), created, np.nan),
+                np.where(np.isfinite(deleted), deleted, np.nan),
+            )
+        return pd.Series(times).groupby(_str(df, "run_id").to_numpy(), sort=False).max()
 
     def _run_end(self, end: pd.Series, level: str) -> pd.Series:
         prev = self._runs.get(level)

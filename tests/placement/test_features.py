@@ -453,3 +453,20 @@ def test_a_run_added_in_parts_ends_at_its_last_deletion_over_every_part() -> Non
     assert feats.loc[1, "h_p_n"] == pytest.approx(np.log1p(len(first)))
     alone = store.features_for(query.tail(1))  # the same file queried on its own
     assert alone.loc[0, "h_p_n"] == pytest.approx(np.log1p(len(first)))
+
+
+def test_a_file_dropped_from_history_still_never_sees_its_own_run() -> None:
+    """A row clean_table drops still ends its run no earlier than its creation: build_features
+    featurizes it, and its own run must not be history to it."""
+    log = make_log(pipelines=1, runs=1, files_per_stage=3).to_pandas()
+    last = log["created_at"].idxmax()
+    log.loc[last, "read_bytes"] = -1  # unusable: clean_table drops it from the store
+    log.loc[last, "deleted_at"] = log["deleted_at"].max() + 10
+    others = log.index != last
+    # every kept file of the run is deleted before the dropped one is created
+    log.loc[others, "deleted_at"] = np.minimum(
+        log.loc[others, "deleted_at"], log.loc[last, "created_at"] - 0.01
+    )
+    feats = build_features(log)
+    assert (feats.loc[last, [f"h_{level}_n" for level in HISTORY_LEVELS]] == 0).all()
+    assert HistoryStore(log).n_runs == 1  # the run's kept files are still history
