@@ -406,6 +406,12 @@ def simulate(
     """
     start_wall = time.perf_counter()
     cost_model = cost_model or CostModel()
+    if hdd_drives is not None and (
+        isinstance(hdd_drives, bool)
+        or not isinstance(hdd_drives, (int, np.integer))
+        or hdd_drives < 1
+    ):  # refused before the replay, as the budget is
+        raise PlacementConfigError(f"hdd_drives={hdd_drives!r} must be a positive int")
     df: pd.DataFrame | None = None
     if isinstance(table, Trace):
         trace = table
@@ -493,8 +499,6 @@ def simulate(
     peak_live = peak_live_bytes(trace) if n else 0
     if hdd_drives is None:
         hdd_drives = max(1, math.ceil(peak_live / cost_model.hdd_drive_capacity_bytes))
-    if not isinstance(hdd_drives, (int, np.integer)) or hdd_drives < 1:
-        raise PlacementConfigError(f"hdd_drives={hdd_drives!r} must be a positive int")
     supply = float(hdd_drives) * cost_model.hdd_iops_per_drive
     hdd = ~on_ssd
     peak_demand = overload_s = overload_ops = 0.0

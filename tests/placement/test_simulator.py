@@ -438,7 +438,7 @@ def test_default_hdd_fleet_has_the_drives_the_peak_live_bytes_need() -> None:
 
 def test_a_fleet_of_no_hdd_is_refused() -> None:
     df = _log([(0.0, 1.0, 100, 2)])
-    for bad in (0, -1, 1.5):
+    for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="hdd_drives"):
             simulate(df, AllHDDPolicy(), CostModel(), 0, hdd_drives=bad)  # type: ignore[arg-type]
 
