@@ -5,17 +5,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from pathlib import Path
 
 import click
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from placement.cli import placement_group
-from placement.evaluate import EvaluationConfig, EvaluationError, Split, evaluate, split_masks
-from placement.features import clean_table, log_density
+from placement.evaluate import (
+    EvaluationConfig,
+    EvaluationError,
+    Split,
+    _goals,
+    _spearman,
+    evaluate,
+    savings_ratio,
+    split_masks,
+    stage_history_lifetime,
+    stage_history_prediction,
+)
+from placement.features import HistoryStore, build_features, clean_table, log_density
 from placement.model import MIN_PIPELINE_ROWS, Combine, DensityModel, ModelParams
 from placement.schema import UNLABELLED
 from placement.simulator import overlap_runs
@@ -105,8 +118,6 @@ def test_budgets_that_share_a_label_are_refused() -> None:
 
 
 def test_ratios_of_nothing_saved_meet_no_goal() -> None:
-    from placement.evaluate import _goals, savings_ratio
-
     assert savings_ratio(0.2, 0.1) == pytest.approx(2.0)
     assert savings_ratio(0.1, 0.0) == math.inf and savings_ratio(0.1, -0.1) == math.inf
     assert math.isnan(savings_ratio(0.0, 0.0)) and math.isnan(savings_ratio(-0.1, 0.0))
@@ -422,8 +433,6 @@ def test_expected_lifetime_of_the_break_even_test_uses_earlier_runs_only(
 ) -> None:
     """Scrambling a run's outcomes leaves its files' expected lifetimes (and earlier
     runs') as they were; only later runs see them."""
-    from placement.evaluate import stage_history_lifetime
-    from placement.features import build_features
 
     log = make_log(seed=1).to_pandas()
     runs = log.groupby("run_id")["created_at"].min().sort_values().index.tolist()
@@ -543,3 +552,151 @@ def test_the_result_names_its_version_time_and_inputs(tmp_path: Path) -> None:
     assert any(line.startswith("at 5%: no placement saves more than ") for line in text)
     as_logged = evaluate(make_log(seed=6), dataclasses.replace(config, overlap=None))
     assert ", runs as logged):" in as_logged.text().splitlines()[0]
+
+
+def test_the_pipeline_split_has_no_more_folds_than_pipelines() -> None:
+    df = make_log(pipelines=2, runs=2, files_per_stage=3).to_pandas()
+    folds = split_masks(df, EvaluationConfig(split=Split.PIPELINE, folds=4))
+    assert len(folds) == 2
+    assert all(test.any() and train.any() for train, test in folds)
+
+
+def test_time_split_holds_out_the_run_that_started_last() -> None:
+    """By start time, not by name or last file; one of two runs is held out; a pipeline
+    with a single run is only trained on."""
+    df = pd.DataFrame(
+        {
+            "pipeline": ["a"] * 4 + ["b"] * 2,
+            # a-2 starts first but writes its last file after a-1 began and ended
+            "run_id": ["a-2", "a-2", "a-1", "a-1", "b-1", "b-1"],
+            "created_at": [0.0, 100.0, 10.0, 20.0, 5.0, 6.0],
+        }
+    )
+    [(train, test)] = split_masks(df, EvaluationConfig(split="time", test_fraction=1 / 3))
+    assert df.loc[test, "run_id"].tolist() == ["a-1", "a-1"]
+    assert (train == ~test).all()
+
+
+def test_a_test_fraction_of_one_or_a_single_fold_is_refused() -> None:
+    with pytest.raises(EvaluationError, match=r"test_fraction=1\.0 must be in \(0, 1\)"):
+        EvaluationConfig(split="time", test_fraction=1.0)
+    with pytest.raises(EvaluationError, match="folds=1 must be an int >= 2"):
+        EvaluationConfig(folds=1)
+
+
+def _goals_of(lightgbm: float) -> dict[str, object]:
+    savings = {
+        "lightgbm": lightgbm,
+        "oracle": 1.0,
+        "first-fit": 0.25,
+        "small-files-first": 0.5,
+        "stage-history": 0.125,
+        "lightgbm-per-workload": 0.5,
+    }
+    return _goals({name: {"5%": v} for name, v in savings.items()}, (0.05,))
+
+
+def test_goals_compare_with_the_best_heuristic_and_meet_their_bounds() -> None:
+    goals = _goals_of(0.75)
+    five = goals["5%"]
+    assert isinstance(five, dict)
+    assert five["best_heuristic"] == "small-files-first"
+    assert five["best_heuristic_savings"] == 0.5
+    assert five["oracle_capture"] == 0.75
+    assert five["ratio_to_best_heuristic"] == 1.5  # 0.75 / 0.5
+    assert five["oracle_ratio_to_best_heuristic"] == 2.0  # 1.0 / 0.5
+    assert five["per_workload"] == 0.5 and five["per_workload_oracle_capture"] == 0.5
+    assert goals["goal_1_5x_best_heuristic_at_5pct"] is True
+    assert goals["goal_oracle_capture_85pct_at_5pct"] is False
+    assert _goals_of(0.85)["goal_oracle_capture_85pct_at_5pct"] is True  # 0.85 / 1.0
+    assert _goals_of(0.625)["goal_1_5x_best_heuristic_at_5pct"] is False  # 1.25x
+
+
+def test_a_rank_correlation_of_too_few_or_constant_values_is_undefined() -> None:
+    up = np.array([1.0, 2.0, 3.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _spearman(up, up) == pytest.approx(1.0)
+        assert math.isnan(_spearman(up[:2], up[:2]))
+        assert math.isnan(_spearman(up, np.array([5.0, 5.0, 5.0])))
+        assert math.isnan(_spearman(np.array([2.0, 2.0, 2.0]), up))
+
+
+def test_stage_history_falls_back_from_pipeline_stage_to_stage_kind_then_pipeline() -> None:
+    nan = math.nan
+    features = pd.DataFrame(
+        {
+            "h_ps_ld": [1.0, nan, nan, nan],
+            "h_s_ld": [2.0, 2.0, nan, nan],
+            "h_ko_ld": [3.0, 3.0, 3.0, nan],
+            "h_p_ld": [4.0, 4.0, 4.0, 4.0],
+        }
+    )
+    np.testing.assert_array_equal(stage_history_prediction(features), [1.0, 2.0, 3.0, 4.0])
+
+
+def test_expected_lifetimes_are_seconds_within_those_of_the_pipeline_stage() -> None:
+    """A geometric mean of earlier lifetimes lies between the least and the most of them."""
+    log = make_log(seed=1).to_pandas()
+    expected = stage_history_lifetime(build_features(log))
+    life = log["deleted_at"] - log["created_at"]
+    groups = life.groupby([log["pipeline"], log["stage"]])
+    least = groups.transform("min").to_numpy()
+    most = groups.transform("max").to_numpy()
+    known = np.isfinite(expected)
+    assert known.any()
+    assert (least[known] <= expected[known] * (1 + 1e-9)).all()
+    assert (expected[known] <= most[known] * (1 + 1e-9)).all()
+
+
+def test_the_time_split_trains_own_models_only_for_the_pipelines_it_tests() -> None:
+    log = make_log(seed=6).to_pandas()
+    # pipe3 keeps one run (60 rows): all of it trains, none of it is tested
+    only_run0 = (log["pipeline"] == "pipe3") & ~log["run_id"].str.endswith("run0")
+    config = EvaluationConfig(
+        split="time", params=FAST, budgets=(0.05,), upper_bound=False, min_rows=20
+    )
+    result = evaluate(log.loc[~only_run0].reset_index(drop=True), config)
+    assert result.rows["test_pipelines"] == ["pipe0", "pipe1", "pipe2"]
+    assert result.rows["per_pipeline_models"] == result.rows["test_pipelines"]
+
+
+def test_small_files_first_ranks_the_smaller_files_as_denser() -> None:
+    """Density is operations per byte: on this log the smaller files are the denser ones."""
+    config = EvaluationConfig(split="time", params=FAST, budgets=(0.05,), upper_bound=False)
+    assert evaluate(make_log(seed=6), config).spearman["small-files-first"] > 0.3
+
+
+def test_feature_importances_are_the_mean_over_the_folds() -> None:
+    table = make_log(seed=6)
+    config = EvaluationConfig(params=FAST, budgets=(0.05,), upper_bound=False)
+    df, _ = clean_table(table)
+    features = build_features(df, HistoryStore.from_table(df))
+    target = log_density(df)
+    folds = split_masks(df, config)
+    assert len(folds) == 4
+    totals = [
+        sum(
+            DensityModel(FAST)
+            .fit_features(features.loc[train], target[train])
+            .feature_importances("gain")
+            .values()
+        )
+        for train, _ in folds
+    ]
+    result = evaluate(table, config)
+    assert sum(result.feature_importances.values()) == pytest.approx(np.mean(totals))
+
+
+def test_the_pipeline_split_replays_every_row() -> None:
+    config = EvaluationConfig(params=FAST, budgets=(0.05,), upper_bound=False)
+    result = evaluate(make_log(seed=6), config)
+    assert result.config["folds"] == 4
+    assert result.rows["test"] == result.rows["usable"]
+    assert result.rows["test_pipelines"] == result.rows["pipelines"]
+
+
+def test_one_pipeline_of_two_runs_is_sent_to_the_time_split() -> None:
+    df = make_log(pipelines=1, runs=2, files_per_stage=3).to_pandas()
+    with pytest.raises(EvaluationError, match="2 pipelines.*use --split time"):
+        split_masks(df, EvaluationConfig(split=Split.PIPELINE))

@@ -21,7 +21,7 @@ from placement.features import (
     features_from_request,
     log_density,
 )
-from placement.model import Combine, DensityModel, ModelParams, ModelSet
+from placement.model import MODEL_VERSION, Combine, DensityModel, ModelParams, ModelSet
 from placement.schema import SCHEMA_VERSION
 from tests.placement.logtables import make_log
 
@@ -405,3 +405,106 @@ def test_bad_model_options_raise_placement_errors() -> None:
         DensityModel().feature_importances("cover")
     with pytest.raises(PlacementTypeError, match="global_model must be a DensityModel"):
         ModelSet("not a model")  # type: ignore[arg-type]
+
+
+def test_predictions_on_the_training_rows_are_unbiased(
+    log: pd.DataFrame, split: tuple[np.ndarray, np.ndarray], model: DensityModel
+) -> None:
+    """Prior plus trees lands on the target, not on the target plus the prior."""
+    train, _ = split
+    rows = log.loc[train]
+    bias = float(np.mean(model.predict_table(rows) - log_density(rows)))
+    assert abs(bias) < 0.05
+
+
+def test_shares_of_one_are_valid_params() -> None:
+    params = ModelParams(learning_rate=1.0, feature_fraction=1.0, bagging_fraction=1.0)
+    assert params.lightgbm()["bagging_fraction"] == 1.0
+
+
+def test_a_bagging_fraction_below_one_samples_rows(log: pd.DataFrame) -> None:
+    feats = build_features(log)
+    preds = [
+        DensityModel(ModelParams(n_estimators=20, num_threads=1, bagging_fraction=share))
+        .fit(log)
+        .predict(feats)
+        for share in (0.5, 1.0)
+    ]
+    assert not np.allclose(preds[0], preds[1])
+
+
+@pytest.mark.parametrize(
+    ("key", "newer"), [("model_version", MODEL_VERSION + 1), ("schema_version", SCHEMA_VERSION + 1)]
+)
+def test_a_model_one_version_newer_is_refused(
+    tmp_path: Path, model: DensityModel, key: str, newer: int
+) -> None:
+    d = model.save(tmp_path / "m")
+    model.path = None
+    _edit_meta(d, **{key: newer})
+    with pytest.raises(ModelError, match=f"version {newer}.*upgrade dataplane"):
+        DensityModel.load(d)
+
+
+def test_file_bytes_counts_the_model_and_its_sidecar(tmp_path: Path, model: DensityModel) -> None:
+    assert DensityModel().file_bytes == 0
+    d = model.save(tmp_path / "m")
+    model.path = None
+    loaded = DensityModel.load(d)
+    sizes = [(d / name).stat().st_size for name in ("model.txt", "model.json")]
+    assert loaded.file_bytes == sum(sizes) and min(sizes) > 0
+
+
+def test_one_pipeline_name_per_row_or_a_clear_error(log: pd.DataFrame) -> None:
+    models = ModelSet.fit(log, per_workload=False, params=FAST)
+    feats = build_features(log).iloc[:3]
+    with pytest.raises(ValueError, match="2 pipeline names for 3 feature rows"):
+        models.predict(feats, ["pipe0", "pipe1"])
+
+
+def test_loading_a_set_from_one_of_its_files_names_the_directory(
+    tmp_path: Path, model: DensityModel
+) -> None:
+    ModelSet(model).save(tmp_path / "set")
+    model.path = None
+    with pytest.raises(ModelError, match="is a file; give the model directory that holds it"):
+        ModelSet.load(tmp_path / "set" / "models.json")
+
+
+def test_a_sidecar_from_before_the_hash_still_loads(tmp_path: Path, model: DensityModel) -> None:
+    d = model.save(tmp_path / "m")
+    model.path = None
+    meta = json.loads((d / "model.json").read_text())
+    del meta["model_sha256"]
+    (d / "model.json").write_text(json.dumps(meta))
+    feats = build_features(make_log(seed=3, runs=2, files_per_stage=3).to_pandas())
+    np.testing.assert_array_equal(DensityModel.load(d).predict(feats), model.predict(feats))
+
+
+def test_a_save_keeps_the_set_before_it_even_with_a_global_model_only(
+    tmp_path: Path, model: DensityModel
+) -> None:
+    d = tmp_path / "set"
+    ModelSet(model).save(d)
+    first = json.loads((d / "models.json").read_text())["global"]
+    ModelSet(model).save(d)
+    model.path = None
+    # a reader that had just read the first index still finds its model
+    assert DensityModel.load(d / first).booster.num_trees() == model.booster.num_trees()
+    assert len(list((d / "sets").iterdir())) == 2
+
+
+def test_a_model_set_that_does_not_exist_says_how_to_train_one(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="no model directory.*placement train"):
+        ModelSet.load(tmp_path / "nowhere")
+
+
+def test_rows_without_a_finite_target_are_left_out_of_training(log: pd.DataFrame) -> None:
+    feats, target = build_features(log), log_density(log)
+    gaps = target.copy()
+    gaps[::7] = np.nan
+    with_gaps = DensityModel(FAST).fit_features(feats, gaps)
+    finite = np.isfinite(gaps)
+    without = DensityModel(FAST).fit_features(feats.loc[finite], target[finite])
+    assert with_gaps.metadata["trained_rows"] == int(finite.sum())
+    np.testing.assert_array_equal(with_gaps.predict(feats), without.predict(feats))
