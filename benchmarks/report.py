@@ -17,7 +17,8 @@ Measured, side by side in one run (the machines are shared, so compare ratios):
 * **full report**: wall time of ``python -m logs_analysis`` from start to the HTML and
   JSON written, in a child process;
 * **peak memory**: resident set of that child process and its children, sampled every
-  50 ms with psutil.
+  50 ms with psutil;
+* **report files**: the sizes of the HTML report and of the JSON written beside it.
 
 Goals (issue 7): >= 1M rows/s ingestion, report <= 60 s, peak memory <= 4 GB. The
 script prints whether each is met; it never asserts. Results go to
@@ -228,6 +229,9 @@ def main() -> None:
     ingest_s = report["timings_s"]["read + aggregate"]
     ingest_rate = rows / ingest_s
     scan_rate = scan_rows / scan_s
+    # what a reader downloads: the self-contained HTML (plots inlined) and the JSON beside it
+    html_bytes = out_html.stat().st_size
+    json_bytes = out_html.with_suffix(".json").stat().st_size
 
     table = format_table(
         ["measure", "value", "goal", "met"],
@@ -246,6 +250,12 @@ def main() -> None:
                 f"{peak / 1e9:.2f} GB",
                 "<= 4 GB",
                 peak <= GOALS["peak_bytes"],
+            ],
+            [
+                "report files: HTML, JSON",
+                f"{html_bytes / 1e3:,.0f} KB, {json_bytes / 1e3:,.0f} KB",
+                "-",
+                "-",
             ],
         ],
     )
@@ -268,7 +278,13 @@ def main() -> None:
             "rows_per_s": ingest_rate,
             "ratio_to_scan": ingest_rate / scan_rate,
         },
-        "report": {"wall_s": wall, "stages_s": report["timings_s"], "html": str(out_html)},
+        "report": {
+            "wall_s": wall,
+            "stages_s": report["timings_s"],
+            "html": str(out_html),
+            "html_bytes": html_bytes,
+            "json_bytes": json_bytes,
+        },
         "peak_rss_bytes": peak,
         "goals": {
             "ingestion_1M_rows_per_s": ingest_rate >= GOALS["ingestion_rows_per_s"],
