@@ -6,17 +6,28 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logs_analysis.aggregate import MIN_SAMPLE_RUNS, AggregateConfig, aggregate
+from logs_analysis.aggregate import (
+    MIN_SAMPLE_RUNS,
+    AggregateConfig,
+    Partial,
+    _choose_sample,
+    _thin_runs,
+    aggregate,
+    process_chunk,
+)
 from logs_analysis.analyses.distributions import distribution_table
 from logs_analysis.analyses.skew import skew
 from logs_analysis.formats import discover
+from logs_analysis.issues import ReadIssues
 from logs_analysis.readers import plan
 from logs_analysis.resample import resample_runs
 from placement.schema import with_derived
+from tests.placement.logtables import make_log
 
 
 def _run(paths: list[Path], **options: object):
@@ -232,3 +243,109 @@ def test_bad_options_raise_analysis_errors() -> None:
         AggregateConfig(scheduler="thread")
     with pytest.raises(AnalysisError, match="n_rows=0 must be positive"):
         next(resample_runs(pa.table({"run_id": ["a"]}), 0))
+
+
+def test_a_log_read_in_many_chunks_sums_its_rows_and_spans_each_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs whose rows are spread over the chunks of one file get one row each, with the
+    earliest creation and latest deletion of any chunk; the file's rows are summed."""
+    table = make_log(pipelines=2, runs=2, files_per_stage=10, seed=4)
+    table = table.take(np.random.default_rng(0).permutation(table.num_rows))
+    df = table.to_pandas()
+    df.loc[:4, "read_ops"] = 0  # files with one operation...
+    df.loc[5:9, ["read_ops", "write_ops"]] = 0  # ...and files with none
+    table = pa.Table.from_pandas(df, schema=table.schema, preserve_index=False)
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in table.to_pylist()))
+    monkeypatch.setattr("logs_analysis.readers.native.BLOCK_BYTES", 4000)
+    sources, _ = discover([path])
+    chunks, _ = plan(sources)
+    assert len(chunks) > 4
+    agg = aggregate(chunks, AggregateConfig(scheduler="sync"), paths=[path])
+    assert list(agg.sources.values()) == [len(df)]
+    assert agg.totals["zero_ops_rows"] == ((df["read_ops"] + df["write_ops"]) == 0).sum()
+    assert agg.totals["created_min"] == df["created_at"].min()
+    assert agg.totals["deleted_max"] == df["deleted_at"].max()
+    want = df.groupby("run_id").agg(
+        pipeline=("pipeline", "first"),
+        rows=("run_id", "size"),
+        created_min=("created_at", "min"),
+        deleted_max=("deleted_at", "max"),
+    )
+    got = agg.runs.set_index("run_id").sort_index()
+    assert got.index.tolist() == want.index.tolist()
+    for column in want.columns:
+        assert got[column].tolist() == want[column].tolist(), column
+
+
+def test_a_chunk_samples_whole_runs_at_the_rate(tmp_path: Path) -> None:
+    table = make_log(pipelines=5, runs=8, files_per_stage=2, seed=1)  # 40 runs of 6 rows
+    path = tmp_path / "log.parquet"
+    pq.write_table(table, path)
+    sources, _ = discover([path])
+    (chunk,), _ = plan(sources)
+    partial = process_chunk((0, chunk), rate=0.25, seed=0)
+    sampled = pd.concat(partial.run_sample)["run_id"].value_counts()
+    full = table.to_pandas()["run_id"].value_counts()
+    assert (sampled == full[sampled.index]).all()  # every sampled run is complete
+    assert 3 <= len(sampled) <= 17  # about a quarter of the 40 runs
+
+
+def test_sample_rows_must_be_at_least_100() -> None:
+    with pytest.raises(ValueError, match="sample_rows=99 must be an int >= 100"):
+        AggregateConfig(sample_rows=99)
+    assert AggregateConfig(sample_rows=100).sample_rows == 100
+
+
+def test_a_huge_run_drawn_into_the_sample_is_cut_to_a_share_of_the_chunk(tmp_path: Path) -> None:
+    table = make_log(pipelines=1, runs=1, files_per_stage=3400, seed=1)  # one run, 10,200 rows
+    path = tmp_path / "log.parquet"
+    pq.write_table(table, path)
+    sources, _ = discover([path])
+    (chunk,), _ = plan(sources)
+    for seed in range(40):  # the run is drawn for about one seed in five
+        partial = process_chunk((0, chunk), rate=0.2, seed=seed, with_keys=False)
+        if partial.run_sample:
+            break
+    else:
+        pytest.fail("the run was never drawn")
+    assert 0 < len(partial.run_sample[0]) < table.num_rows
+
+
+def _runs_frame(runs: int, rows_per_run: int) -> pd.DataFrame:
+    run_ids = [f"r{i}" for i in range(runs) for _ in range(rows_per_run)]
+    return pd.DataFrame({"run_id": run_ids, "size_bytes": np.arange(len(run_ids))})
+
+
+def _partial(run_sample: pd.DataFrame, row_sample: pd.DataFrame) -> Partial:
+    return Partial({}, {}, [], {}, [run_sample], [row_sample], ReadIssues(), {}, 0, 1)
+
+
+def test_a_run_sample_needs_at_least_min_sample_runs_runs() -> None:
+    config = AggregateConfig(sample_rows=100)
+    rows = _runs_frame(1, 30)
+    enough = _partial(_runs_frame(MIN_SAMPLE_RUNS, 5), rows)
+    assert _choose_sample(enough, 0.5, config)[1] == "whole runs"
+    too_few = _partial(_runs_frame(MIN_SAMPLE_RUNS - 1, 5), rows)
+    sample, method = _choose_sample(too_few, 0.5, config)
+    assert method == "rows" and len(sample) == 30
+
+
+def test_all_rows_are_kept_up_to_one_and_a_half_times_sample_rows() -> None:
+    config = AggregateConfig(sample_rows=100)
+    at_limit = _partial(_runs_frame(15, 10), _runs_frame(0, 0))  # 150 rows
+    sample, method = _choose_sample(at_limit, 1.0, config)
+    assert method == "all rows" and len(sample) == 150
+    # 200 rows: thinned to whole runs until 100 rows are reached (ten runs of ten)
+    over = _partial(_runs_frame(20, 10), _runs_frame(0, 0))
+    sample, method = _choose_sample(over, 1.0, config)
+    assert method == "whole runs" and len(sample) == 100
+    assert (sample["run_id"].value_counts() == 10).all()
+
+
+def test_thinning_stops_at_the_run_that_fills_the_sample() -> None:
+    df = _runs_frame(20, 50)
+    thinned = _thin_runs(df, AggregateConfig(sample_rows=100))
+    assert len(thinned) == 100  # two whole runs of 50
+    assert thinned["run_id"].nunique() == 2

@@ -8,14 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
+from logs_analysis.aggregate import Aggregate
 from logs_analysis.analyses.distributions import (
     QUANTILES,
     distribution_table,
     histogram_series,
 )
+from logs_analysis.histogram import BIN_WIDTH, LOG_LO, ZERO_BIN, Histogram
+from logs_analysis.issues import ReadIssues
 from tests.logs_analysis.analyses.conftest import aggregate_table, exact_columns, without_io
 from tests.placement.logtables import make_log
 
@@ -147,3 +151,26 @@ def test_to_dict_leaves_out_infinite_spans() -> None:
         "share_bytes": 1.0,
         "share_ops": None,
     }
+
+
+def test_histogram_series_keeps_the_lowest_bin_and_leaves_out_zeros() -> None:
+    """Bin 0 holds the values at the bottom of the range (clipped ones too); only the zero
+    bin is left out."""
+    frame = pd.DataFrame(
+        {"key": [""] * 3, "bin": [ZERO_BIN, 0, 7], "n": [4, 2, 1], "bytes": [1.0, 2.0, 3.0]}
+    )
+    agg = Aggregate(
+        histograms={("density", "overall"): Histogram("density", (), frame)},
+        totals={"rows": 7.0},
+        runs=pd.DataFrame(),
+        sources={},
+        sample=pd.DataFrame(),
+        sample_method="all rows",
+        issues=ReadIssues(),
+        rows_read=7,
+        chunks=1,
+        wall_s=0.0,
+    )
+    edges, counts = histogram_series(agg, "density", "overall")
+    assert edges.tolist() == pytest.approx([LOG_LO, LOG_LO + 7 * BIN_WIDTH])
+    assert counts.tolist() == [2.0, 1.0]

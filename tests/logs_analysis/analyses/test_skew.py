@@ -11,7 +11,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from logs_analysis.aggregate import DENSITY_GROUPINGS, Aggregate
 from logs_analysis.analyses.skew import SHARES, skew, skew_by, skew_of
+from logs_analysis.histogram import Histogram
+from logs_analysis.issues import ReadIssues
 from tests.logs_analysis.analyses.conftest import exact_columns
 
 
@@ -98,3 +101,45 @@ def test_no_operations_or_no_bytes_is_undefined() -> None:
     empty = skew_of(_frame([(1200, 0.0, 5.0, 0.0)]))
     assert all(math.isnan(v) for v in empty.by_bytes.values())
     assert empty.curve["x"] == [0.0]
+
+
+def _aggregate_of(frame: pd.DataFrame, grouping: str) -> Aggregate:
+    """An aggregate holding only the density histogram ``frame`` of ``grouping``."""
+    hist = Histogram("density", DENSITY_GROUPINGS[grouping], frame)
+    return Aggregate(
+        histograms={("density", grouping): hist},
+        totals={"rows": float(frame["n"].sum())},
+        runs=pd.DataFrame(),
+        sources={},
+        sample=pd.DataFrame(),
+        sample_method="all rows",
+        issues=ReadIssues(),
+        rows_read=int(frame["n"].sum()),
+        chunks=1,
+        wall_s=0.0,
+    )
+
+
+def test_skew_by_lists_the_keys_with_most_files_first() -> None:
+    frame = pd.DataFrame(
+        {
+            "key": ["few", "most", "some", "most"],
+            "bin": [1000, 1000, 1100, 1200],
+            "n": [1, 3, 3, 2],
+            "bytes": [10.0, 10.0, 10.0, 10.0],
+            "ops": [1.0, 1.0, 1.0, 1.0],
+            "byte_s": [10.0, 10.0, 10.0, 10.0],
+        }
+    )
+    agg = _aggregate_of(frame, "pipeline")
+    assert list(skew_by(agg, "pipeline")) == ["most", "some", "few"]
+    assert list(skew_by(agg, "pipeline", top=1)) == ["most"]
+
+
+def test_a_curve_of_many_bins_is_thinned_to_at_most_400_points() -> None:
+    bins = np.arange(1000)
+    frame = _frame([(int(b), 1.0, float(b + 1), 1.0) for b in bins])
+    x, y = (np.asarray(v) for v in skew_of(frame).curve.values())
+    assert 300 < len(x) <= 400 and len(x) == len(y)
+    assert x[0] == y[0] == 0 and x[-1] == pytest.approx(1) and y[-1] == pytest.approx(1)
+    assert np.all(np.diff(x) > 0) and np.all(np.diff(y) > 0)
