@@ -319,7 +319,18 @@ def _runs_frame(runs: int, rows_per_run: int) -> pd.DataFrame:
 
 
 def _partial(run_sample: pd.DataFrame, row_sample: pd.DataFrame) -> Partial:
-    return Partial({}, {}, [], {}, [run_sample], [row_sample], ReadIssues(), {}, 0, 1)
+    return Partial(
+        hists={},
+        totals={},
+        runs=[],
+        sources={},
+        run_sample=[run_sample],
+        row_sample=[row_sample],
+        issues=ReadIssues(),
+        block_lines={},
+        rows_read=0,
+        chunks=1,
+    )
 
 
 def test_a_run_sample_needs_at_least_min_sample_runs_runs() -> None:
