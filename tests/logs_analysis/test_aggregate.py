@@ -313,6 +313,22 @@ def test_a_huge_run_drawn_into_the_sample_is_cut_to_a_share_of_the_chunk(tmp_pat
     assert 0 < len(partial.run_sample[0]) < table.num_rows
 
 
+def test_a_drawn_run_of_a_small_chunk_is_kept_whole(tmp_path: Path) -> None:
+    """A chunk under a thousand rows keeps a drawn run whole, even one above 4 x rate of it."""
+    table = make_log(pipelines=1, runs=1, files_per_stage=100, seed=1)  # one run, 300 rows
+    path = tmp_path / "log.parquet"
+    pq.write_table(table, path)
+    sources, _ = discover([path])
+    (chunk,), _ = plan(sources)
+    for seed in range(40):  # the run is drawn for about one seed in five
+        partial = process_chunk((0, chunk), rate=0.2, seed=seed, with_keys=False)
+        if partial.run_sample:
+            break
+    else:
+        pytest.fail("the run was never drawn")
+    assert len(partial.run_sample[0]) == table.num_rows  # more than 4 x 0.2 x 300 = 240
+
+
 def _runs_frame(runs: int, rows_per_run: int) -> pd.DataFrame:
     run_ids = [f"r{i}" for i in range(runs) for _ in range(rows_per_run)]
     return pd.DataFrame({"run_id": run_ids, "size_bytes": np.arange(len(run_ids))})
