@@ -122,3 +122,75 @@ def test_best_heuristic_per_budget(table: Any) -> None:
     from logs_analysis.analyses import savings
 
     assert savings.HEURISTICS == HEURISTICS  # kept in step with the placement evaluation
+
+
+def test_five_runs_are_enough_to_replay_whole_runs_filling_max_rows_exactly() -> None:
+    import pandas as pd
+
+    from logs_analysis.analyses.savings import _subset
+
+    # 5 runs of 10 rows: any 3 of them fill max_rows=30 exactly, so 3 whole runs are kept
+    df = pd.DataFrame({"run_id": np.repeat([f"r{i}" for i in range(5)], 10)})
+    for seed in range(5):
+        mask = _subset(df, 30, seed)
+        kept = df.loc[mask, "run_id"].value_counts()
+        assert mask.sum() == 30 and len(kept) == 3 and (kept == 10).all(), seed
+
+
+@pytest.mark.parametrize("budgets", [[0.0], [0.05, 0.0], [1.5], []])
+def test_budgets_outside_zero_to_one_are_refused(table: Any, budgets: list[float]) -> None:
+    from logs_analysis.errors import AnalysisConfigError
+    from placement.features import log_density
+
+    pred = log_density(table)
+    with pytest.raises(AnalysisConfigError, match="must be shares in"):
+        savings_curve(table, pred, pred, budgets)
+
+
+def test_the_whole_ssd_is_a_valid_budget(table: Any) -> None:
+    from placement.features import log_density
+
+    pred = log_density(table)
+    assert isinstance(savings_curve(table, pred, pred, [1.0], max_rows=60), SavingsResult)
+
+
+def test_no_lightgbm_ratio_where_the_best_heuristic_saved_nothing() -> None:
+    result = SavingsResult(
+        budgets=[0.05, 0.2],
+        peak_live_bytes=1,
+        savings={
+            "first-fit": [0.0, 0.1],
+            "small-files-first": [-0.2, 0.05],
+            "stage-history": [0.0, 0.3],
+            "lightgbm": [0.1, 0.6],
+        },
+        ssd_io_share={},
+        simulations=[],
+        rows=1,
+        all_hdd_tco_usd=1.0,
+        cost_model={},
+    )
+    first, second = result.best_heuristic()
+    assert first["savings"] == 0.0 and first["lightgbm_ratio"] is None
+    assert second["policy"] == "stage-history"
+    assert second["lightgbm_ratio"] == pytest.approx(0.6 / 0.3)
+
+
+def test_all_hdd_tco_is_the_baseline_of_the_replays(table: Any) -> None:
+    from placement.features import log_density
+
+    pred = log_density(table)
+    result = savings_curve(table, pred, pred, [0.05, 0.2])
+    assert isinstance(result, SavingsResult)
+    assert result.all_hdd_tco_usd > 0
+    assert {s["all_hdd_tco_usd"] for s in result.simulations} == {result.all_hdd_tco_usd}
+    assert len(result.upper_bound) == 2
+
+
+def test_rows_that_hold_no_bytes_have_no_savings_curve(table: Any) -> None:
+    from logs_analysis.analyses import Unavailable
+
+    empty = table.assign(size_bytes=0, write_bytes=0, read_bytes=0)
+    zeros = np.zeros(len(empty))
+    result = savings_curve(empty, zeros, zeros, [0.05])
+    assert isinstance(result, Unavailable) and "hold no bytes" in result.reason

@@ -7,6 +7,7 @@ import json
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -337,3 +338,199 @@ def test_forced_format_reads_any_file_as_spark(spark_dir: Path, tmp_path: Path) 
     # ...and a forced format reads a README as Spark: every line is malformed, nothing usable
     with pytest.raises(InputError, match="invalid JSON"):
         read_table([spark_dir / "README.md"], LogFormat.SPARK)
+
+
+def _task_end_event(
+    stage: int,
+    task_id: int,
+    launch_ms: int,
+    finish_ms: int,
+    *,
+    written: int = 0,
+    records: int = 0,
+    fetched: int = 0,
+    reason: str = "Success",
+) -> dict:
+    return {
+        "Event": "SparkListenerTaskEnd",
+        "Stage ID": stage,
+        "Stage Attempt ID": 0,
+        "Task End Reason": {"Reason": reason},
+        "Task Info": {
+            "Task ID": task_id,
+            "Executor ID": "1",
+            "Host": "h1",
+            "Launch Time": launch_ms,
+            "Finish Time": finish_ms,
+            "Failed": False,
+            "Killed": False,
+        },
+        "Task Metrics": {
+            "Shuffle Write Metrics": {
+                "Shuffle Bytes Written": written,
+                "Shuffle Records Written": records,
+            },
+            "Shuffle Read Metrics": {
+                "Local Blocks Fetched": fetched,
+                "Remote Blocks Fetched": 0,
+                "Local Bytes Read": 10 * fetched,
+                "Remote Bytes Read": 0,
+            },
+        },
+    }
+
+
+def _stage(sid: int, name: str, n_tasks: int, parents: list[int] | None, done_ms: int) -> dict:
+    info = {"Stage ID": sid, "Stage Name": name, "Number of Tasks": n_tasks}
+    if parents is not None:
+        info["Parent IDs"] = parents
+    return {
+        "Event": "SparkListenerStageCompleted",
+        "Stage Info": {**info, "Submission Time": 1000, "Completion Time": done_ms},
+    }
+
+
+def _write_log(path: Path, events: list[dict]) -> Path:
+    head = [{"Event": "SparkListenerApplicationStart", "App Name": "a", "App ID": "app-1"}]
+    job = {"Event": "SparkListenerJobStart", "Job ID": 0, "Stage IDs": [0, 1, 2]}
+    tail = [{"Event": "SparkListenerApplicationEnd", "Timestamp": 99_000}]
+    path.write_text("".join(json.dumps(e) + "\n" for e in [*head, job, *events, *tail]))
+    return path
+
+
+def _shuffle_rows(path: Path) -> Any:
+    result = read_spark_events(path)
+    assert not result.issues, result.issues.counts
+    t = result.table.to_pandas()
+    return t[t["file_kind"] == "shuffle"].set_index(t["file_id"].str.rsplit("_", n=1).str[-1])
+
+
+def test_a_map_output_lives_until_the_last_of_its_readers_completes(tmp_path: Path) -> None:
+    events = [
+        _task_end_event(0, 1, 1000, 2000, written=100, records=50),
+        _stage(0, "reduceByKey at x:1", 1, [], 2000),
+        _task_end_event(1, 2, 2000, 3000, fetched=1),
+        _stage(1, "count at x:2", 2, [0], 9000),
+        _task_end_event(2, 3, 2000, 3000, fetched=1),
+        _stage(2, "count at x:3", 3, [0], 6000),
+    ]
+    row = _shuffle_rows(_write_log(tmp_path / "log", events)).loc["1"]
+    assert row["deleted_at"] == 9.0  # the later of the two readers' completion times
+    # one segment per reduce partition (2 + 3 of them), capped by the 50 records written
+    assert row["n_partitions_out"] == 5 and row["write_ops"] == 5
+
+
+def test_write_ops_are_capped_by_the_records_written(tmp_path: Path) -> None:
+    events = [
+        _task_end_event(0, 1, 1000, 2000, written=100, records=2),
+        _stage(0, "reduceByKey at x:1", 1, [], 2000),
+        _stage(1, "count at x:2", 4, [0], 5000),
+    ]
+    assert _shuffle_rows(_write_log(tmp_path / "log", events)).loc["1", "write_ops"] == 2
+
+
+def test_a_map_output_outlives_a_reader_that_completed_before_it_finished(
+    tmp_path: Path,
+) -> None:
+    events = [
+        _task_end_event(0, 1, 1000, 7000, written=100, records=5),
+        _stage(0, "reduceByKey at x:1", 1, [], 7000),
+        _stage(1, "count at x:2", 1, [0], 4000),
+    ]
+    assert _shuffle_rows(_write_log(tmp_path / "log", events)).loc["1", "deleted_at"] == 7.0
+
+
+def test_a_failed_map_task_output_is_deleted_when_the_task_finishes(tmp_path: Path) -> None:
+    """A task end whose reason is not Success discards its output, even without "Failed"."""
+    events = [
+        _task_end_event(0, 1, 1000, 2500, written=100, records=5, reason="ExceptionFailure"),
+        _task_end_event(0, 2, 1000, 3000, written=100, records=5),
+        _stage(0, "reduceByKey at x:1", 2, [], 3000),
+        _task_end_event(1, 3, 3000, 4000, fetched=2),
+        _stage(1, "count at x:2", 1, [0], 8000),
+    ]
+    rows = _shuffle_rows(_write_log(tmp_path / "log", events))
+    assert rows.loc["1", "deleted_at"] == 2.5
+    assert rows.loc["2", "deleted_at"] == 8.0
+
+
+def test_executors_added_at_a_task_launch_count_as_its_workers(tmp_path: Path) -> None:
+    added = [
+        {"Event": "SparkListenerExecutorAdded", "Timestamp": 1000, "Executor ID": str(i)}
+        for i in (1, 2)
+    ]
+    events = [
+        *added,
+        _task_end_event(0, 1, 1000, 2000, written=100, records=5),
+        _stage(0, "reduceByKey at x:1", 1, [], 2000),
+    ]
+    assert _shuffle_rows(_write_log(tmp_path / "log", events)).loc["1", "n_workers"] == 2
+    # a log without executor events still has the one worker that ran the task
+    without = _write_log(tmp_path / "without", events[len(added) :])
+    assert _shuffle_rows(without).loc["1", "n_workers"] == 1
+
+
+def test_spark1_map_outputs_of_a_stage_are_not_read_by_itself(tmp_path: Path) -> None:
+    """Without "Parent IDs", a stage that fetches and writes is a child of earlier stages only."""
+    events = [
+        _task_end_event(0, 1, 1000, 2000, written=100, records=5),
+        _stage(0, "reduceByKey at x:1", 1, None, 2000),
+        _task_end_event(1, 2, 2000, 3000, written=100, records=5, fetched=4),
+        _stage(1, "reduceByKey at x:2", 1, None, 3000),
+    ]
+    rows = _shuffle_rows(_write_log(tmp_path / "log", events))
+    assert rows.loc["1", "read_ops"] == 4 and rows.loc["1", "deleted_at"] == 3.0
+    # nothing reads stage 1's output: it lives until the application ends
+    assert rows.loc["2", "read_ops"] == 0 and rows.loc["2", "deleted_at"] == 99.0
+
+
+def test_a_negative_task_id_is_a_malformed_event(tmp_path: Path) -> None:
+    events = [
+        _task_end_event(0, -1, 1000, 2000, written=100, records=5),
+        _task_end_event(0, 2, 1000, 2000, written=100, records=5),
+    ]
+    result = read_spark_events(_write_log(tmp_path / "log", events))
+    assert result.issues.counts == {"malformed Spark event": 1}
+    assert "Task ID=-1" in result.issues.examples[0].detail
+    assert result.table.num_rows == 1
+
+
+def test_a_killed_map_task_output_is_deleted_when_the_task_finishes(tmp_path: Path) -> None:
+    killed = _task_end_event(0, 1, 1000, 2500, written=100, records=5)
+    killed["Task Info"]["Killed"] = True
+    del killed["Task End Reason"]
+    events = [killed, _stage(0, "sortByKey at x:1", 1, [], 2500), _stage(1, "c", 1, [0], 8000)]
+    assert _shuffle_rows(_write_log(tmp_path / "log", events)).loc["1", "deleted_at"] == 2.5
+
+
+def test_a_map_output_without_readers_lives_until_its_job_ends(tmp_path: Path) -> None:
+    events = [
+        _task_end_event(0, 1, 1000, 2000, written=100, records=5),
+        _stage(0, "reduceByKey at x:1", 1, [], 2000),
+        {"Event": "SparkListenerJobEnd", "Job ID": 0, "Completion Time": 4000},
+    ]
+    assert _shuffle_rows(_write_log(tmp_path / "log", events)).loc["1", "deleted_at"] == 4.0
+
+
+def test_map_outputs_of_records_but_no_bytes_share_the_blocks_fetched(tmp_path: Path) -> None:
+    events = [
+        _task_end_event(0, 1, 1000, 2000, written=0, records=5),
+        _task_end_event(0, 2, 1000, 2000, written=100, records=5),
+        _stage(0, "reduceByKey at x:1", 2, [], 2000),
+        _task_end_event(1, 3, 2000, 3000, fetched=4),
+        _stage(1, "count at x:2", 1, [0], 5000),
+    ]
+    rows = _shuffle_rows(_write_log(tmp_path / "log", events))
+    # 4 blocks fetched, shared evenly by the 2 map outputs; bytes by bytes written (0 and 100)
+    assert rows["read_ops"].to_dict() == {"1": 2, "2": 2}
+    assert rows["read_bytes"].to_dict() == {"1": 0, "2": 40}
+
+
+def test_the_run_id_names_the_application_attempt(tmp_path: Path) -> None:
+    path = _write_log(tmp_path / "log", [_task_end_event(0, 1, 1000, 2000, written=1, records=1)])
+    lines = path.read_text().splitlines()
+    start = json.loads(lines[0])
+    lines[0] = json.dumps({**start, "App Attempt ID": "2"})
+    path.write_text("\n".join(lines) + "\n")
+    t = read_spark_events(path).table.to_pandas()
+    assert t["run_id"].tolist() == ["app-1/2"] and t["file_id"][0].startswith("app-1/2/shuffle_")
