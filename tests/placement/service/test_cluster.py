@@ -189,12 +189,23 @@ def clear_faults() -> None:
 # ----------------------------------------------------------------- faults injected on the scheduler
 def make_sync_slow(dask_scheduler: Any, delay_s: float) -> None:
     plugin = dask_scheduler.plugins["placement-service"]
+    plugin.slow_syncs_pending = 0
 
     async def slow_sync(**message: Any) -> dict:
-        await asyncio.sleep(delay_s)
-        return plugin.service.sync(**message)
+        plugin.slow_syncs_pending += 1
+        try:
+            await asyncio.sleep(delay_s)
+            return plugin.service.sync(**message)
+        finally:
+            plugin.slow_syncs_pending -= 1
 
     dask_scheduler.handlers["placement_sync"] = slow_sync
+
+
+def slow_syncs_pending(dask_scheduler: Any) -> int:
+    """Reports a slow handler took and has not applied yet: each lands ``delay_s`` after it
+    was sent, with the bytes of that moment, even after the handler is restored."""
+    return getattr(dask_scheduler.plugins["placement-service"], "slow_syncs_pending", 0)
 
 
 def remove_sync_handler(dask_scheduler: Any) -> None:
@@ -411,6 +422,11 @@ def test_unreachable_scheduler_falls_back_to_hdd_and_the_ledger_reconciles(
             s["consecutive_failures"] == 0 for s in client.run(worker_service_state).values()
         ),
         what="renewals to succeed again",
+    )
+    # late reports of the slow handler would overwrite the ledger with older bytes, here or
+    # in the next test's cut: wait for them before checking it
+    wait_until(
+        lambda: client.run_on_scheduler(slow_syncs_pending) == 0, what="slow reports to land"
     )
     wait_until(lambda: ledger_matches_workers(client), what="the ledger to be reconciled")
     assert service_state(client)["ledger"]["used_bytes"] == 0
