@@ -298,35 +298,29 @@ def test_sample_rows_must_be_at_least_100() -> None:
     assert AggregateConfig(sample_rows=100).sample_rows == 100
 
 
-def test_a_huge_run_drawn_into_the_sample_is_cut_to_a_share_of_the_chunk(tmp_path: Path) -> None:
-    table = make_log(pipelines=1, runs=1, files_per_stage=3400, seed=1)  # one run, 10,200 rows
+def _drawn_run(table: pa.Table, tmp_path: Path) -> pd.DataFrame:
+    """The sample of the one-run ``table`` read as one chunk at a rate of 0.2, for the first
+    seed that draws its run (about one seed in five does)."""
     path = tmp_path / "log.parquet"
     pq.write_table(table, path)
     sources, _ = discover([path])
     (chunk,), _ = plan(sources)
-    for seed in range(40):  # the run is drawn for about one seed in five
+    for seed in range(40):
         partial = process_chunk((0, chunk), rate=0.2, seed=seed, with_keys=False)
         if partial.run_sample:
-            break
-    else:
-        pytest.fail("the run was never drawn")
-    assert 0 < len(partial.run_sample[0]) < table.num_rows
+            return partial.run_sample[0]
+    pytest.fail("the run was never drawn")
+
+
+def test_a_huge_run_drawn_into_the_sample_is_cut_to_a_share_of_the_chunk(tmp_path: Path) -> None:
+    table = make_log(pipelines=1, runs=1, files_per_stage=3400, seed=1)  # one run, 10,200 rows
+    assert 0 < len(_drawn_run(table, tmp_path)) < table.num_rows
 
 
 def test_a_drawn_run_of_a_small_chunk_is_kept_whole(tmp_path: Path) -> None:
     """A chunk under a thousand rows keeps a drawn run whole, even one above 4 x rate of it."""
     table = make_log(pipelines=1, runs=1, files_per_stage=100, seed=1)  # one run, 300 rows
-    path = tmp_path / "log.parquet"
-    pq.write_table(table, path)
-    sources, _ = discover([path])
-    (chunk,), _ = plan(sources)
-    for seed in range(40):  # the run is drawn for about one seed in five
-        partial = process_chunk((0, chunk), rate=0.2, seed=seed, with_keys=False)
-        if partial.run_sample:
-            break
-    else:
-        pytest.fail("the run was never drawn")
-    assert len(partial.run_sample[0]) == table.num_rows  # more than 4 x 0.2 x 300 = 240
+    assert len(_drawn_run(table, tmp_path)) == table.num_rows  # more than 4 x 0.2 x 300 = 240
 
 
 def _runs_frame(runs: int, rows_per_run: int) -> pd.DataFrame:
