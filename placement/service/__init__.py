@@ -16,7 +16,8 @@ occupancy it would leave) and
 the model (:mod:`placement.service.link`, every ~250 ms); the worker decides each file
 locally in microseconds (:mod:`placement.service.lease`) and reports its real SSD
 usage back at every renewal, which reconciles the ledger
-(:mod:`placement.service.ledger`). A worker that cannot renew keeps deciding under its
+(:mod:`placement.service.ledger`; reports are numbered, so one that lands after a later
+one changes nothing). A worker that cannot renew keeps deciding under its
 lease until the lease expires, then sends new files to HDD; no task ever waits on the
 service.
 """

@@ -29,5 +29,14 @@ class WorkerRemoved(ServiceError):
     """
 
 
+class StaleReport(ServiceError):
+    """A lease renewal overtaken by a later report of the same worker (it numbers its
+    reports; see :mod:`placement.service.ledger`): nothing of it is recorded.
+
+    Only a report its worker gave up waiting for can be overtaken, so no worker waits for
+    the answer; the scheduler plugin answers ``{"refused": reason}`` all the same.
+    """
+
+
 class ServiceUnavailable(ServiceError, ConnectionError):
     """The scheduler does not run the placement service (no handler answered)."""

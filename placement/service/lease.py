@@ -39,7 +39,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -105,7 +105,9 @@ class SyncTicket:
 
     ``shortfall_bytes`` is the largest file that was dense enough for SSD but did not
     fit in the allowance since the last renewal (0 if none): the next lease should
-    cover it.
+    cover it. ``first_sent`` holds, for each observation, the number of the report that
+    first carried it: a failed renewal's observations go out again with the next one,
+    and the scheduler skips those it already counted (0 for all when unnumbered).
     """
 
     sent_at: float
@@ -113,6 +115,7 @@ class SyncTicket:
     observations: list[tuple[float, int]]
     counts: dict[str, int]
     shortfall_bytes: int = 0
+    first_sent: list[int] = field(default_factory=list)
 
 
 class LeasedChooser:
@@ -158,7 +161,8 @@ class LeasedChooser:
         self._spent = 0
         self._shortfall = 0
         self._low_signalled = False
-        self._observations: deque[tuple[float, int]] = deque(maxlen=MAX_OBSERVATIONS)
+        # (log10 density, size, number of the report that first carried it; 0: none yet)
+        self._observations: deque[tuple[float, int, int]] = deque(maxlen=MAX_OBSERVATIONS)
         self._counts = {"ssd": 0, "hdd": 0, "fallback": 0, "errors": 0}
         self._latency = np.zeros(LATENCY_SAMPLES, dtype=np.int64)
         self._n_latency = 0
@@ -239,7 +243,7 @@ class LeasedChooser:
                     self._low_signalled = signal = True
             self._counts[tier.value] += 1
             if math.isfinite(pred):
-                self._observations.append((pred, size))
+                self._observations.append((pred, size, 0))
         if signal and self.on_low is not None:
             try:
                 self.on_low()
@@ -248,15 +252,21 @@ class LeasedChooser:
         return tier
 
     # ------------------------------------------------------------------ renewals
-    def begin_sync(self) -> SyncTicket:
+    def begin_sync(self, seq: int = 0) -> SyncTicket:
         """Start a renewal: take the predictions seen since the last one and note the bytes
-        spent."""
+        spent. ``seq`` numbers the report this renewal sends (0: unnumbered); predictions
+        not sent before are marked as first sent with it."""
         with self._lock:
-            observations = list(self._observations)
+            taken = [(p, s, first or seq) for p, s, first in self._observations]
             self._observations.clear()
             shortfall, self._shortfall = self._shortfall, 0
             return SyncTicket(
-                self.clock(), self._spent, observations, dict(self._counts), shortfall
+                self.clock(),
+                self._spent,
+                [(p, s) for p, s, _ in taken],
+                dict(self._counts),
+                shortfall,
+                [first for _, _, first in taken],
             )
 
     def accept(
@@ -298,7 +308,9 @@ class LeasedChooser:
             self._shortfall = max(self._shortfall, ticket.shortfall_bytes)
             room = MAX_OBSERVATIONS - len(self._observations)
             if room > 0:
-                self._observations.extendleft(reversed(ticket.observations[-room:]))
+                first = ticket.first_sent or [0] * len(ticket.observations)
+                kept = [(p, s, f) for (p, s), f in zip(ticket.observations, first, strict=True)]
+                self._observations.extendleft(reversed(kept[-room:]))
 
     def install_predictor(self, predictor: Predictor) -> None:
         """Use ``predictor`` for decisions from now on."""

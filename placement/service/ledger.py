@@ -19,6 +19,15 @@ with everything it held. As a safety net, a worker whose last report is older th
 ``stale_after_s`` (a few lease lives, :meth:`ClusterLedger.expire`) and that holds no
 live lease or reservation is forgotten too, so a share can never outlive its worker.
 
+Reports can arrive out of order: a worker that gave up waiting for an answer sends its
+next report while the first may still be on its way, or waiting in a handler. Each
+report may therefore carry the worker link's *incarnation* (a token drawn when the
+link starts) and a sequence number that grows by one per report. A report numbered at
+or below the last one applied from the same incarnation is *stale*: it changes nothing
+(:meth:`ClusterLedger.report` returns ``False``), so an old usage figure never replaces
+a newer one. A new incarnation (a restarted worker at the same address) starts afresh.
+Reports without a number (older workers) are applied in arrival order, as before.
+
 Worked example (capacity 100, largest lease 30)::
 
     grant(a, want=30)  -> 30    used a=0  granted a=30        free 70
@@ -41,7 +50,8 @@ from placement.service.errors import ServiceError
 @dataclass
 class WorkerShare:
     """What one worker holds in the ledger (bytes; ``*_until`` and ``last_report`` in
-    scheduler seconds)."""
+    scheduler seconds; ``incarnation`` and ``seq`` number its last applied report, ``None``
+    and 0 when its reports are unnumbered)."""
 
     used: int = 0
     reserved: int = 0
@@ -50,6 +60,8 @@ class WorkerShare:
     granted_until: float = -math.inf
     reports: int = 0
     last_report: float = -math.inf
+    incarnation: str | None = None
+    seq: int = 0
 
     def live_grant(self, now: float) -> int:
         """The lease still in force at ``now`` (0 once expired)."""
@@ -58,6 +70,19 @@ class WorkerShare:
     def live_reserved(self, now: float | None) -> int:
         """Reservations still counted at ``now`` (all of them when ``now`` is ``None``)."""
         return self.reserved if now is None or now < self.reserved_until else 0
+
+
+def check_report_number(incarnation: Any, seq: Any) -> None:
+    """Refuse a malformed report number (see the module docstring): both ``None``, or a
+    non-empty ``incarnation`` string and an int ``seq >= 1``."""
+    if incarnation is None and seq is None:
+        return
+    if not isinstance(incarnation, str) or not incarnation:
+        raise ServiceError(
+            f"incarnation={incarnation!r} must be a non-empty string when seq is given"
+        )
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise ServiceError(f"seq={seq!r} must be an int >= 1 when incarnation is given")
 
 
 def _nbytes(name: str, value: Any) -> int:
@@ -87,16 +112,47 @@ class ClusterLedger:
             share = self._shares[worker] = WorkerShare()
         return share
 
-    def report(self, worker: str, used_bytes: int, *, now: float) -> None:
+    def applied_seq(self, worker: str, incarnation: str | None) -> int:
+        """Number of the last report applied from ``worker``'s ``incarnation`` (0: none, or
+        the worker is unknown, or its last applied report came from another incarnation)."""
+        share = self._shares.get(worker)
+        if share is None or incarnation is None or share.incarnation != incarnation:
+            return 0
+        return share.seq
+
+    def is_stale(self, worker: str, *, incarnation: str | None, seq: int | None) -> bool:
+        """Whether report ``seq`` of ``incarnation`` was overtaken: a report of the same
+        incarnation numbered ``seq`` or later was applied. Unnumbered reports never are."""
+        check_report_number(incarnation, seq)
+        return seq is not None and seq <= self.applied_seq(worker, incarnation)
+
+    def report(
+        self,
+        worker: str,
+        used_bytes: int,
+        *,
+        now: float,
+        incarnation: str | None = None,
+        seq: int | None = None,
+    ) -> bool:
         """``worker`` holds ``used_bytes`` on SSD at ``now`` (scheduler seconds): replaces
-        its ``used``, clears ``reserved``."""
+        its ``used``, clears ``reserved``.
+
+        ``incarnation`` and ``seq`` number the report (module docstring). Returns
+        ``False``, changing nothing, when the report is stale; ``True`` when applied.
+        """
         used = _nbytes("used_bytes", used_bytes)
+        if self.is_stale(worker, incarnation=incarnation, seq=seq):
+            return False
         share = self._share(worker)
+        if seq is not None:
+            share.incarnation, share.seq = incarnation, seq
         share.used = used
         share.reserved = 0
         share.reserved_until = -math.inf
         share.reports += 1
         share.last_report = float(now)
+        return True
 
     def grant(
         self, worker: str, want_bytes: int, *, now: float, ttl_s: float, max_bytes: int
@@ -192,6 +248,7 @@ class ClusterLedger:
             row.pop("granted_until")
             row.pop("reserved_until")
             row.pop("last_report")
+            row.pop("incarnation")
             workers[name] = row
         return {
             "capacity_bytes": self.capacity,

@@ -11,6 +11,10 @@ allowance) it sends the scheduler one ``placement_sync`` message carrying
 * the largest dense file its lease was too small for, if any (``want_bytes``);
 * its decision counters and store counters (what the scheduler records per worker);
 * the model version it holds,
+* the link's incarnation (a random token) and the report's number, one more than the
+  last; and, for each prediction, the number of the report that first carried it, so
+  that the scheduler refuses a report overtaken by a later one and counts each
+  prediction once (see :mod:`placement.service.ledger`),
 
 and installs the answer: a new lease (allowance, threshold, life) and, when the
 scheduler holds a newer model, that model.
@@ -47,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -120,6 +125,11 @@ class ServiceLink:
         self.address = address
         self.config = config or LinkConfig()
         self.clock = clock
+        #: Random token naming this link in its reports: a restarted worker at the same
+        #: address numbers its reports afresh.
+        self.incarnation = secrets.token_hex(8)
+        #: Number of the last report built (each renewal's report gets the next one).
+        self.seq = 0
         self.syncs = 0
         self.failures = 0
         self.consecutive_failures = 0
@@ -176,6 +186,9 @@ class ServiceLink:
             "worker": self.address,
             "used_bytes": usage["ssd_committed_bytes"],
             "observations": [[p, s] for p, s in ticket.observations],
+            "observation_seqs": ticket.first_sent,
+            "incarnation": self.incarnation,
+            "seq": self.seq,
             "want_bytes": ticket.shortfall_bytes or None,
             "model_version": self.chooser.predictor.version,
             "counters": {
@@ -198,7 +211,8 @@ class ServiceLink:
     async def sync_once(self) -> bool:
         """Renew the lease once. Returns whether a lease still valid came back in time;
         never raises (except cancellation)."""
-        ticket = self.chooser.begin_sync()
+        self.seq += 1
+        ticket = self.chooser.begin_sync(self.seq)
         started = time.perf_counter()
         try:
             message = self._message(ticket)

@@ -14,7 +14,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from placement.errors import ModelError, PlacementError
 from placement.model import ModelSet
 from placement.service.config import MODEL_KEY, ServiceConfig
-from placement.service.errors import WorkerRemoved
+from placement.service.errors import StaleReport, WorkerRemoved
 from placement.service.service import PlacementService
 from placement.storage.config import env_name
 
@@ -118,7 +118,8 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
     # ------------------------------------------------------------------ handlers
     async def handle_sync(self, **message: Any) -> dict[str, Any]:
         """``placement_sync``: a worker's report; answers its new lease, or
-        ``{"refused": reason}`` to a worker the scheduler has removed."""
+        ``{"refused": reason}`` to a worker the scheduler has removed and to a report
+        overtaken by a later one of its worker."""
         unknown = message.keys() - _SYNC_KEYS
         if unknown:  # a newer worker's report: what this scheduler knows of it still counts
             if not self._unknown_logged:
@@ -132,7 +133,7 @@ class PlacementSchedulerPlugin(SchedulerPlugin):
             message = {k: v for k, v in message.items() if k in _SYNC_KEYS}
         try:
             return self._service().sync(**message)
-        except WorkerRemoved as exc:
+        except (WorkerRemoved, StaleReport) as exc:
             return {"refused": str(exc)}
 
     async def handle_decide(

@@ -43,11 +43,14 @@ What happens on failure: a malformed report raises
 service and falls back to HDD); a report from a worker the scheduler has removed
 (:meth:`~PlacementService.remove_worker`) raises
 :class:`~placement.service.errors.WorkerRemoved`, so that it cannot recreate the
-worker's share; a worker that stops reporting is forgotten after :data:`STALE_LEASES`
-lease lives even if its removal was never seen; a model that cannot be loaded raises
-:class:`~placement.errors.ModelError` and the current model stays in use; unreadable
-log files are skipped when reading history, and history that cannot be read at all
-leaves the model without it (logged).
+worker's share; a numbered report overtaken by a later one of the same worker (one the
+worker gave up waiting for) raises :class:`~placement.service.errors.StaleReport` and
+changes nothing, and a prediction sent again after a failed renewal is counted once (see
+:mod:`placement.service.ledger`); a worker that stops reporting is forgotten after
+:data:`STALE_LEASES` lease lives even if its removal was never seen; a model that cannot
+be loaded raises :class:`~placement.errors.ModelError` and the current model stays in
+use; unreadable log files are skipped when reading history, and history that cannot be
+read at all leaves the model without it (logged).
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ from placement.logwriter import read_logs
 from placement.model import ModelSet
 from placement.policy import AdaptiveThresholdPolicy, OccupancyBasis
 from placement.service.config import ServiceConfig
-from placement.service.errors import ServiceError, WorkerRemoved
-from placement.service.ledger import ClusterLedger
+from placement.service.errors import ServiceError, StaleReport, WorkerRemoved
+from placement.service.ledger import ClusterLedger, check_report_number
 from placement.service.predictor import Predictor
 from placement.storage.errors import UnsafePathError
 from placement.storage.paths import check_name
@@ -106,15 +109,28 @@ class WorkerRecord:
     counters: dict[str, float] = field(default_factory=dict)
 
 
-def _predictions(observations: Any) -> list[tuple[float, int]]:
+def _predictions(
+    observations: Any, first_sent: Any = None, *, counted_up_to: int = 0
+) -> list[tuple[float, int]]:
+    """The finite predictions of a report, less those first sent in a report numbered
+    ``counted_up_to`` or before (already counted when that report was applied)."""
     if observations is None:
-        return []
+        observations = []
+    if first_sent is not None and (
+        not isinstance(first_sent, (list, tuple))
+        or len(first_sent) != len(observations)
+        or any(isinstance(f, bool) or not isinstance(f, int) or f < 0 for f in first_sent)
+    ):
+        raise ServiceError(
+            "observation_seqs must be a list of ints >= 0, one per observation "
+            f"({len(observations)}); got {first_sent!r:.200}"
+        )
     if not isinstance(observations, (list, tuple)) or len(observations) > MAX_OBSERVATIONS:
         raise ServiceError(
             f"observations must be a list of at most {MAX_OBSERVATIONS} [log_density, size] pairs"
         )
     out = []
-    for item in observations:
+    for k, item in enumerate(observations):
         if not isinstance(item, (list, tuple)) or len(item) != 2:
             raise ServiceError(f"observation {item!r} is not a [log_density, size_bytes] pair")
         pred, size = item
@@ -122,7 +138,8 @@ def _predictions(observations: Any) -> list[tuple[float, int]]:
             raise ServiceError(f"observation {item!r}: the prediction must be a number")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ServiceError(f"observation {item!r}: the size must be an int >= 0 bytes")
-        if math.isfinite(pred):
+        first = first_sent[k] if first_sent is not None else 0
+        if math.isfinite(pred) and not 0 < first <= counted_up_to:
             out.append((float(pred), size))
     return out
 
@@ -230,6 +247,8 @@ class PlacementService:
         self._lock = threading.Lock()
         self.records: dict[str, WorkerRecord] = {}
         self.departed = 0
+        #: Reports refused as overtaken by a later one (:class:`StaleReport`).
+        self.stale_reports = 0
         # addresses of removed workers, oldest first: their late renewals are refused
         self._removed: dict[str, None] = {}
         self.reloads = 0
@@ -419,11 +438,17 @@ class PlacementService:
         counters: Mapping[str, float] | None = None,
         want_bytes: int | None = None,
         bad_model_version: int | None = None,
+        incarnation: str | None = None,
+        seq: int | None = None,
+        observation_seqs: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         """Record a worker's report and answer with its new lease (see the module docstring).
 
         ``bad_model_version`` is the model version the worker could not install
-        (``None``: none); that version is not shipped to it again.
+        (``None``: none); that version is not shipped to it again. ``incarnation`` and
+        ``seq`` number the report, and ``observation_seqs`` gives, per observation, the
+        number of the report that first carried it (0: this one); see
+        :mod:`placement.service.ledger`. Unnumbered reports are applied as they come.
 
         Returns
         -------
@@ -441,10 +466,18 @@ class PlacementService:
         WorkerRemoved
             If the report comes from a worker the scheduler removed (nothing is
             recorded then).
+        StaleReport
+            If a later report of the same worker incarnation was applied already
+            (nothing is recorded then).
         """
         if not isinstance(worker, str) or not worker:
             raise ServiceError(f"worker={worker!r} must be the worker's address")
-        preds = _predictions(observations)
+        check_report_number(incarnation, seq)
+        preds = _predictions(
+            observations,
+            observation_seqs,
+            counted_up_to=self.ledger.applied_seq(worker, incarnation),
+        )
         values = _counters(counters)
         if isinstance(model_version, bool) or not isinstance(model_version, int):
             raise ServiceError(f"model_version={model_version!r} must be an int")
@@ -463,7 +496,13 @@ class PlacementService:
                 "with the scheduler again"
             )
         now = self.clock()
-        self.ledger.report(worker, used_bytes, now=now)
+        if not self.ledger.report(worker, used_bytes, now=now, incarnation=incarnation, seq=seq):
+            self.stale_reports += 1
+            raise StaleReport(
+                f"report {seq} of worker {worker} arrived after its report "
+                f"{self.ledger.applied_seq(worker, incarnation)}; it is ignored (the worker "
+                "gave up waiting for it and has reported since)"
+            )
         self._expire(now)
         cap = max(self.config.max_lease_bytes(len(self.ledger)), want_bytes)
         for pred, size in preds:
@@ -628,6 +667,7 @@ class PlacementService:
             "reloads": self.reloads,
             "history_loading": self.history_loading,
             "departed_workers": self.departed,
+            "stale_reports": self.stale_reports,
             "config": {
                 "ssd_capacity_bytes": self.config.ssd_capacity_bytes,
                 "model_path": self.config.model_path,

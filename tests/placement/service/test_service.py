@@ -32,7 +32,7 @@ from placement.service import (
     ServiceError,
     ServiceLink,
 )
-from placement.service.errors import WorkerRemoved
+from placement.service.errors import StaleReport, WorkerRemoved
 from placement.service.service import STALE_LEASES
 from placement.storage import FileRequest, FixedTier, TieredFileStore
 from placement.tier import Tier
@@ -213,6 +213,49 @@ def test_ledger_forgets_a_worker_that_stopped_reporting() -> None:
     assert ledger.expire(1e9) == [] and "live" in ledger  # no limit: reporters stay
 
 
+def test_ledger_ignores_a_report_overtaken_by_a_later_one() -> None:
+    ledger = ClusterLedger(100)
+    assert ledger.report("w", 30, now=1, incarnation="i1", seq=2)
+    assert ledger.grant("w", 20, now=1, ttl_s=5, max_bytes=20) == 20
+    before = ledger.snapshot(3)
+    # report 1 was sent before report 2 but lands after it: nothing changes
+    assert not ledger.report("w", 80, now=3, incarnation="i1", seq=1)
+    assert not ledger.report("w", 80, now=3, incarnation="i1", seq=2)  # a duplicate too
+    assert ledger.snapshot(3) == before and ledger.share("w").last_report == 1
+    assert before["workers"]["w"]["seq"] == 2 and before["workers"]["w"]["reports"] == 1
+    assert ledger.is_stale("w", incarnation="i1", seq=2)
+    assert not ledger.is_stale("w", incarnation="i1", seq=3)
+    assert ledger.report("w", 40, now=4, incarnation="i1", seq=5)  # gaps are fine
+    assert ledger.used() == 40 and ledger.applied_seq("w", "i1") == 5
+    # a restarted worker at the same address numbers afresh under a new incarnation
+    assert ledger.report("w", 10, now=5, incarnation="i2", seq=1)
+    assert ledger.used() == 10 and ledger.applied_seq("w", "i1") == 0
+    # an unnumbered report (an older worker) is applied as it comes, and keeps the number
+    assert ledger.report("w", 7, now=6)
+    assert ledger.used() == 7 and not ledger.report("w", 9, now=7, incarnation="i2", seq=1)
+    assert ledger.applied_seq("unknown", "i1") == 0
+
+
+@pytest.mark.parametrize(
+    ("incarnation", "seq", "match"),
+    [
+        ("i1", None, "seq=None must be an int >= 1"),
+        (None, 1, "incarnation=None must be a non-empty string"),
+        ("", 1, "incarnation='' must"),
+        ("i1", 0, "seq=0 must"),
+        ("i1", True, "seq=True must"),
+        ("i1", 1.0, "seq=1.0 must"),
+    ],
+)
+def test_ledger_refuses_a_malformed_report_number(
+    incarnation: object, seq: object, match: str
+) -> None:
+    ledger = ClusterLedger(100)
+    with pytest.raises(ServiceError, match=re.escape(match)):
+        ledger.report("w", 1, now=0, incarnation=incarnation, seq=seq)  # type: ignore[arg-type]
+    assert "w" not in ledger
+
+
 # ---------------------------------------------------------------------- predictor
 def test_predictor_without_a_model_ranks_smaller_files_denser() -> None:
     p = Predictor()
@@ -346,6 +389,12 @@ def test_a_lease_judges_each_file_at_the_occupancy_it_would_leave() -> None:
         ({"worker": "w", "used_bytes": 0, "counters": {"a": "b"}}, "number"),
         ({"worker": "w", "used_bytes": 0, "want_bytes": -1}, "want_bytes"),
         ({"worker": "w", "used_bytes": 0, "bad_model_version": "1"}, "bad_model_version"),
+        ({"worker": "w", "used_bytes": 0, "seq": 1}, "incarnation"),
+        ({"worker": "w", "used_bytes": 0, "incarnation": "i", "seq": -1}, "seq"),
+        (
+            {"worker": "w", "used_bytes": 0, "observations": [[1.0, 1]], "observation_seqs": [-1]},
+            "observation_seqs",
+        ),
     ],
 )
 def test_malformed_reports_are_refused_and_not_recorded(message: dict, match: str) -> None:
@@ -353,6 +402,50 @@ def test_malformed_reports_are_refused_and_not_recorded(message: dict, match: st
     with pytest.raises(ServiceError, match=match):
         service.sync(**message)
     assert service.records == {} and len(service.ledger) == 0
+
+
+def test_a_report_overtaken_by_a_later_one_changes_nothing() -> None:
+    clock = Clock()
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB), clock=clock)
+    number = {"incarnation": "i1"}
+    service.sync(worker="w", used_bytes=10 * MiB, seq=2, observations=[[-5.0, MiB]], **number)
+    before = (service.state(), service.threshold_curve(), service.policy.threshold(0.9))
+    clock.now += 1
+    with pytest.raises(StaleReport, match="report 1 of worker w arrived after its report 2"):
+        service.sync(
+            worker="w",
+            used_bytes=70 * MiB,
+            seq=1,
+            observations=[[-1.0, 50 * MiB]] * 20,
+            want_bytes=60 * MiB,
+            counters={"decisions_ssd": 9},
+            **number,
+        )
+    state = service.state()
+    assert state["stale_reports"] == 1
+    state["stale_reports"] = 0
+    # neither its usage, nor a new lease, nor its predictions or counters were recorded
+    assert (state, service.threshold_curve(), service.policy.threshold(0.9)) == before
+    assert service.sync(worker="w", used_bytes=20 * MiB, seq=3, **number)["used"] == 20 * MiB
+
+
+def test_a_prediction_sent_again_after_a_failed_renewal_is_counted_once() -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB))
+    number = {"worker": "w", "used_bytes": 0, "incarnation": "i1"}
+    a, b, c = [-5.0, MiB], [-6.0, MiB], [-7.0, MiB]
+    service.sync(seq=1, observations=[a, b], observation_seqs=[1, 1], **number)
+    # report 1 was applied, but its answer was lost: report 2 carries a and b again
+    service.sync(seq=2, observations=[a, b, c], observation_seqs=[1, 1, 2], **number)
+    assert service.records["w"].predictions == 3
+    # report 3 was lost on its way: report 4 sends its prediction, and that one counts
+    service.sync(seq=4, observations=[a, c], observation_seqs=[3, 4], **number)
+    assert service.records["w"].predictions == 5
+    # a new incarnation (a restarted worker) has counted nothing yet
+    service.sync(seq=1, observations=[a], observation_seqs=[1], **{**number, "incarnation": "i2"})
+    assert service.records["w"].predictions == 6
+    with pytest.raises(ServiceError, match="observation_seqs must be a list of ints >= 0, one"):
+        service.sync(seq=2, observations=[a, b], observation_seqs=[1], **number)
+    assert service.records["w"].predictions == 6
 
 
 def test_a_worker_asks_for_a_lease_big_enough_for_a_dense_file() -> None:
@@ -927,10 +1020,10 @@ def test_the_renewal_loop_logs_an_unexpected_error_once_and_goes_on(
     begin_sync = chooser.begin_sync
     faults = [RuntimeError("boom")] * 3
 
-    def faulty_begin_sync() -> object:
+    def faulty_begin_sync(seq: int = 0) -> object:
         if faults:
             raise faults.pop()
-        return begin_sync()
+        return begin_sync(seq)
 
     monkeypatch.setattr(chooser, "begin_sync", faulty_begin_sync)
     link = ServiceLink(
@@ -963,6 +1056,74 @@ def test_a_refused_renewal_counts_as_a_failure(store: TieredFileStore) -> None:
     assert not asyncio.run(link.sync_once())
     assert link.failures == 1 and "refused the renewal" in link.last_error
     assert "tcp://w:1" not in service.ledger
+
+
+class LateScheduler:
+    """Stands in for ``worker.scheduler`` over a network: a report the worker stops waiting
+    for is still on its way, and is applied when :attr:`held` is released."""
+
+    def __init__(self, plugin: PlacementSchedulerPlugin) -> None:
+        self.plugin = plugin
+        self.held: asyncio.Event | None = None
+        #: (release event, delivery) of each report held on its way
+        self.late: list[tuple[asyncio.Event, asyncio.Task]] = []
+
+    async def placement_sync(self, **message: object) -> dict:
+        async def deliver(held: asyncio.Event | None) -> dict:
+            if held is not None:
+                await held.wait()
+            return await self.plugin.handle_sync(**message)
+
+        task = asyncio.ensure_future(deliver(self.held))
+        if self.held is not None:
+            self.late.append((self.held, task))
+        return await asyncio.shield(task)  # the worker's timeout cancels its wait only
+
+
+def test_a_report_the_worker_gave_up_on_does_not_undo_a_later_one(
+    store: TieredFileStore,
+) -> None:
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=64 * MiB, lease_ttl_s=30.0))
+    plugin = PlacementSchedulerPlugin(service)
+    scheduler = LateScheduler(plugin)
+    chooser = LeasedChooser()
+    store.chooser = chooser
+    link = ServiceLink(
+        chooser, store, scheduler, "tcp://w:1", config=LinkConfig(sync_timeout_s=0.05)
+    )
+
+    async def main() -> dict:
+        assert await link.sync_once()
+        assert store.create("a", request(MiB)).tier is Tier.SSD
+        scheduler.held = asyncio.Event()
+        assert not await link.sync_once()  # report 2 (a on SSD) is held on its way
+        scheduler.held = None
+        assert store.create("b", request(MiB)).tier is Tier.SSD
+        assert await link.sync_once()  # report 3: a and b, and both predictions
+        assert service.ledger.share("tcp://w:1").used == 2 * MiB
+        assert service.records["tcp://w:1"].predictions == 2
+        held, late = scheduler.late.pop()
+        held.set()  # report 2 lands now
+        stale = await late
+
+        # report 4 (c's prediction) lands after the worker gave up, before report 5
+        assert store.create("c", request(MiB)).tier is Tier.SSD
+        scheduler.held = asyncio.Event()
+        assert not await link.sync_once()
+        scheduler.held = None
+        held, late = scheduler.late.pop()
+        held.set()
+        assert "allowance" in await late  # applied, but nobody waits for the answer
+        assert service.records["tcp://w:1"].predictions == 3
+        assert await link.sync_once()  # report 5 sends c's prediction again
+        return stale
+
+    reply = asyncio.run(main())
+    assert "report 2 of worker tcp://w:1 arrived after its report 3" in reply["refused"]
+    assert service.ledger.share("tcp://w:1").used == 3 * MiB
+    assert service.records["tcp://w:1"].predictions == 3  # a's and c's counted once
+    assert service.records["tcp://w:1"].syncs == 4 and service.stale_reports == 1
+    assert link.failures == 2 and link.syncs == 3
 
 
 def test_a_bad_model_is_reported_not_resent_and_logged_once(
