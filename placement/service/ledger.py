@@ -25,7 +25,9 @@ report may therefore carry the worker link's *incarnation* (a token drawn when t
 link starts) and a sequence number that grows by one per report. A report numbered at
 or below the last one applied from the same incarnation is *stale*: it changes nothing
 (:meth:`ClusterLedger.report` returns ``False``), so an old usage figure never replaces
-a newer one. A new incarnation (a restarted worker at the same address) starts afresh.
+a newer one. A new incarnation (a restarted worker at the same address) starts afresh;
+tokens are not ordered, so a late report of the *earlier* incarnation is still applied,
+and the new incarnation's next report (one renewal later) sets the share right again.
 Reports without a number (older workers) are applied in arrival order, as before.
 
 Worked example (capacity 100, largest lease 30)::

@@ -236,6 +236,19 @@ def test_ledger_ignores_a_report_overtaken_by_a_later_one() -> None:
     assert ledger.applied_seq("unknown", "i1") == 0
 
 
+def test_a_late_report_of_an_earlier_incarnation_lasts_until_the_next_renewal() -> None:
+    """Incarnation tokens are not ordered: the old process's last report is applied, and the
+    restarted worker's next report replaces it."""
+    ledger = ClusterLedger(100)
+    assert ledger.report("w", 50, now=1, incarnation="old", seq=7)
+    assert ledger.report("w", 10, now=2, incarnation="new", seq=1)
+    assert ledger.report("w", 60, now=3, incarnation="old", seq=8)  # still on its way
+    assert ledger.used() == 60 and ledger.applied_seq("w", "new") == 0
+    assert ledger.report("w", 12, now=4, incarnation="new", seq=2)
+    assert ledger.used() == 12 and ledger.applied_seq("w", "new") == 2
+    assert not ledger.report("w", 60, now=5, incarnation="new", seq=2)
+
+
 @pytest.mark.parametrize(
     ("incarnation", "seq", "match"),
     [
