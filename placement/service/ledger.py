@@ -5,9 +5,10 @@ Three amounts are kept per worker, in bytes:
 * ``used`` - bytes of the worker's live SSD files, as it last reported them (each
   file counts its expected size until it grows past it);
 * ``reserved`` - bytes of files the service itself placed on SSD for the worker
-  (:meth:`ClusterLedger.reserve`, batched decisions) since its last report; they
-  count for one lease life at most (a worker's next report covers its files; a
-  requester that never reports, such as a client, holds nothing after that);
+  (:meth:`ClusterLedger.reserve`, batched decisions) since its last report; each
+  counts for one lease life after it was made at most (a worker's next report covers
+  its files; a requester that never reports, such as a client, deciding without pause
+  holds only its last lease life's reservations);
 * ``granted`` - the worker's current *lease*: bytes it may still place on SSD on its
   own, until ``granted_until`` (scheduler clock, seconds).
 
@@ -41,9 +42,10 @@ Worked example (capacity 100, largest lease 30)::
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from placement.service.errors import ServiceError
@@ -53,11 +55,13 @@ from placement.service.errors import ServiceError
 class WorkerShare:
     """What one worker holds in the ledger (bytes; ``*_until`` and ``last_report`` in
     scheduler seconds; ``incarnation`` and ``seq`` number its last applied report, ``None``
-    and 0 when its reports are unnumbered)."""
+    and 0 when its reports are unnumbered). ``reserved`` is the sum of ``reservations``,
+    lapsed ones included until the next reservation or report drops them."""
 
     used: int = 0
     reserved: int = 0
-    reserved_until: float = -math.inf
+    #: (lapse time, bytes) of each reservation since the last report, by lapse time
+    reservations: list[tuple[float, int]] = field(default_factory=list)
     granted: int = 0
     granted_until: float = -math.inf
     reports: int = 0
@@ -71,7 +75,26 @@ class WorkerShare:
 
     def live_reserved(self, now: float | None) -> int:
         """Reservations still counted at ``now`` (all of them when ``now`` is ``None``)."""
-        return self.reserved if now is None or now < self.reserved_until else 0
+        if now is None:
+            return self.reserved
+        return self.reserved - sum(n for _, n in self.reservations[: self._lapsed(now)])
+
+    def add_reservation(self, size: int, *, now: float, ttl_s: float) -> None:
+        """Hold ``size`` bytes until ``now + ttl_s``, dropping reservations lapsed at ``now``."""
+        lapsed = self._lapsed(now)
+        self.reserved -= sum(n for _, n in self.reservations[:lapsed])
+        del self.reservations[:lapsed]
+        bisect.insort(self.reservations, (now + float(ttl_s), size), key=lambda r: r[0])
+        self.reserved += size
+
+    def clear_reservations(self) -> None:
+        """Drop every reservation (a report covers the files they were made for)."""
+        self.reservations.clear()
+        self.reserved = 0
+
+    def _lapsed(self, now: float) -> int:
+        # a reservation counts while now < its lapse time
+        return bisect.bisect_right(self.reservations, now, key=lambda r: r[0])
 
 
 def check_report_number(incarnation: Any, seq: Any) -> None:
@@ -150,8 +173,7 @@ class ClusterLedger:
         if seq is not None:
             share.incarnation, share.seq = incarnation, seq
         share.used = used
-        share.reserved = 0
-        share.reserved_until = -math.inf
+        share.clear_reservations()
         share.reports += 1
         share.last_report = float(now)
         return True
@@ -175,14 +197,13 @@ class ClusterLedger:
     def reserve(self, worker: str, size_bytes: int, *, now: float, ttl_s: float) -> bool:
         """Reserve ``size_bytes`` for a file the service places on SSD for ``worker``, if free.
 
-        The reservation counts until ``worker`` reports or ``ttl_s`` seconds pass.
+        The reservation counts until ``worker`` reports or ``ttl_s`` seconds pass, whichever
+        comes first; later reservations do not prolong it.
         """
         size = _nbytes("size_bytes", size_bytes)
         if size > self.free(now):
             return False
-        share = self._share(worker)
-        share.reserved = share.live_reserved(now) + size
-        share.reserved_until = now + float(ttl_s)
+        self._share(worker).add_reservation(size, now=now, ttl_s=ttl_s)
         return True
 
     def expire(self, now: float, *, stale_after_s: float = math.inf) -> list[str]:
@@ -248,7 +269,7 @@ class ClusterLedger:
             row["granted"] = s.live_grant(now)
             row["reserved"] = s.live_reserved(now)
             row.pop("granted_until")
-            row.pop("reserved_until")
+            row.pop("reservations")
             row.pop("last_report")
             row.pop("incarnation")
             workers[name] = row

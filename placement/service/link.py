@@ -17,7 +17,7 @@ allowance) it sends the scheduler one ``placement_sync`` message carrying
   prediction once (see :mod:`placement.service.ledger`),
 
 and installs the answer: a new lease (allowance, threshold, life) and, when the
-scheduler holds a newer model, that model.
+scheduler holds another model version than the worker, the scheduler's model.
 
 What happens on failure
 -----------------------

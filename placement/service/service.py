@@ -14,7 +14,8 @@ cluster and is tested directly. It answers three requests:
     curve: the threshold at occupancies 0, 1/32, ..., 1, with the cluster's used bytes
     and the budget, so that a worker judges each file at the occupancy it would leave,
     as the policy does), the lease's life, and the
-    model when the worker's is older (and not the version the worker reported it
+    model when the worker holds another version, older or newer: the scheduler's model
+    is the one its threshold learns from (and not the version the worker reported it
     could not install). Workers then decide locally
     (:class:`~placement.service.lease.LeasedChooser`), so no file creation waits on the
     scheduler.
@@ -456,8 +457,8 @@ class PlacementService:
             ``allowance`` (bytes), ``threshold`` (log10 density at the ledger's
             occupancy), ``curve`` (:meth:`threshold_curve`), ``used`` and ``capacity``
             (the ledger's bytes), ``ttl`` (seconds), ``model_version`` and
-            ``predictor`` (pickled bytes when the worker's model is older and is not
-            ``bad_model_version``, else ``None``).
+            ``predictor`` (pickled bytes when the worker holds another version than the
+            scheduler's and that version is not ``bad_model_version``, else ``None``).
 
         Raises
         ------
