@@ -834,12 +834,6 @@ class FakeScheduler:
         return self.service.sync(**message)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> TieredFileStore:
-    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd") as s:
-        yield s
-
-
 def test_link_installs_leases_and_models_and_falls_back_when_the_scheduler_is_slow(
     store: TieredFileStore, model_dir: Path
 ) -> None:
