@@ -185,6 +185,10 @@ class TieredSpillBuffer(SpillBuffer):
 
     def close(self) -> None:
         """Delete every spill file (logging its row), flush and close the log writer."""
+        if "store" not in self.__dict__:
+            # refused in __init__ (zict's __del__ still calls close): the store given
+            # stays its caller's to close
+            return
         self.store.close()
         if self.log_writer is not None:
             self.log_writer.close()
@@ -232,7 +236,8 @@ def tiered_spill_buffer(
     ------
     StorageConfigError
         If the tier directories are one, or a directory cannot be created or written
-        (:func:`~placement.storage.config.check_storage_dirs`; nothing is left behind).
+        (:func:`~placement.storage.config.check_storage_dirs`), or ``target`` is negative;
+        nothing is left behind.
     """
     ssd, hdd = tier_dirs(
         worker_local_directory,
@@ -269,11 +274,17 @@ def tiered_spill_buffer(
         else None
     )
     store = TieredFileStore(ssd_dir=ssd, hdd_dir=hdd, chooser=chooser, sink=writer, label="worker")
-    return TieredSpillBuffer(
-        store,
-        target=target_bytes,
-        max_spill=spill_limit,
-        memory_limit=limit,
-        log_writer=writer,
-        explicit_target=target is not None,
-    )
+    try:
+        return TieredSpillBuffer(
+            store,
+            target=target_bytes,
+            max_spill=spill_limit,
+            memory_limit=limit,
+            log_writer=writer,
+            explicit_target=target is not None,
+        )
+    except BaseException:  # a refused target: release the store's folders and locks
+        store.close()
+        if writer is not None:
+            writer.close()
+        raise

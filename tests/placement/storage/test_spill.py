@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,8 +24,11 @@ from placement.storage import (
     set_run_context,
     tiered_spill_buffer,
 )
-from placement.storage.spill import check_spill_compatible
+from placement.storage.context import RequestBuilder
+from placement.storage.errors import StorageConfigError
+from placement.storage.spill import SpillFiles, check_spill_compatible
 from placement.tier import Tier
+from tests.placement.storage.test_store import ListSink
 
 KEY = "block-0f9e2b7c1d8a4e3f9b6c5a4d3e2f1a0b"
 
@@ -135,6 +139,103 @@ def test_ssd_chooser_with_full_ssd_lands_on_hdd(
     assert [r["tier"] for r in rows] == ["hdd"] and store.fallbacks == 1
 
 
+def test_spilling_a_key_again_replaces_its_file_and_logs_the_old_one(tmp_path: Path) -> None:
+    sink = ListSink()
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink) as store:
+        files = SpillFiles(store, RequestBuilder())
+        files["k"] = [b"old"]
+        old = files.handle("k")
+        files["k"] = [b"new", b"er"]
+        assert len(files) == 1 and bytes(files["k"]) == b"newer"
+        assert store.live_files() == [files.handle("k")] and not old.path.exists()
+        assert [r["file_id"] for r in sink.rows] == [old.file_id]
+
+
+def test_keys_that_make_the_same_file_name_get_their_own_files(tmp_path: Path) -> None:
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd") as store:
+        files = SpillFiles(store, RequestBuilder())
+        files["a/b"] = [b"1"]
+        files["a?b"] = [b"2"]  # both keys read as "a_b" in a file name
+        assert bytes(files["a/b"]) == b"1" and bytes(files["a?b"]) == b"2"
+        assert len(store.live_files()) == 2
+
+
+def test_a_key_spilled_as_one_buffer_comes_back_whole(tmp_path: Path) -> None:
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd") as store:
+        files = SpillFiles(store, RequestBuilder())
+        files["k"] = b"raw bytes"
+        assert bytes(files["k"]) == b"raw bytes" and files.handle("k").stats.size_bytes == 9
+
+
+def test_a_spill_that_fails_on_both_tiers_logs_no_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, frames: list) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    sink = ListSink()
+    store = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink)
+    buf = TieredSpillBuffer(store, target=10**9)
+    monkeypatch.setattr(store_module, "_write_frames", full)
+    buf["x"] = np.arange(1000)
+    assert buf.evict() == -1 and "x" in buf.fast
+    buf.close()
+    assert sink.rows == [], "a file that never held the value has no row"
+
+
+def test_the_spill_target_defaults_to_the_memory_limit_times_dasks_target(
+    tmp_path: Path,
+) -> None:
+    import dask
+
+    with dask.config.set({"placement.log-dir": None, "distributed.worker.memory.target": 0.25}):
+        buf = tiered_spill_buffer(
+            str(tmp_path), ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", memory_limit="1MiB"
+        )
+    try:
+        assert buf.n == 2**20 // 4 and not buf.explicit_target  # 1 MiB * 0.25
+        assert buf.memory_limit == 2**20
+    finally:
+        buf.close()
+
+
+def test_a_zero_target_spills_every_value(tmp_path: Path) -> None:
+    store = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd")
+    buf = TieredSpillBuffer(store, target=0)
+    buf["x"] = np.arange(10)
+    assert "x" in buf.disk
+    buf.close()
+
+
+@pytest.mark.parametrize("given", ["argument", "config"])
+def test_max_spill_caps_the_bytes_on_disk(tmp_path: Path, given: str) -> None:
+    import dask
+
+    by_argument = given == "argument"
+    kwargs = {"max_spill": "1kB"} if by_argument else {}
+    config = {} if by_argument else {"distributed.worker.memory.max-spill": "1kB"}
+    with dask.config.set(config):
+        buf = tiered_spill_buffer(
+            str(tmp_path), ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", **kwargs
+        )
+    try:
+        buf["small"] = np.arange(10)  # 80 bytes
+        buf["large"] = np.arange(1000)  # 8 kB: past the cap, so it stays in memory
+        assert buf.evict() > 0 and "small" in buf.disk
+        assert buf.evict() == -1 and "large" in buf.fast and "large" not in buf.disk
+    finally:
+        buf.close()
+
+
+def test_spills_without_a_memory_limit_record_no_memory_pressure(tmp_path: Path) -> None:
+    sink = ListSink()
+    store = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink)
+    buf = TieredSpillBuffer(store, target=0)
+    buf["x"] = np.arange(10)
+    buf.close()
+    assert [r["memory_pressure"] for r in sink.rows] == [None]
+
+
 def test_factory_reads_tier_directories_from_dask_config(tmp_path: Path) -> None:
     import dask
 
@@ -180,3 +281,24 @@ def test_worker_plugin_keeps_an_explicit_target_and_sets_a_default_one(
     finally:
         storage.close()
         buf.close()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_refused_spill_buffer_is_collected_without_an_error_and_leaves_the_store_open(
+    tmp_path: Path,
+) -> None:
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd") as store:
+        with pytest.raises(StorageConfigError, match="target=-1"):
+            TieredSpillBuffer(store, target=-1)
+        gc.collect()
+        assert not store.closed
+
+
+def test_a_spill_buffer_refused_for_a_negative_target_leaves_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(StorageConfigError, match="target=-5"):
+        tiered_spill_buffer(
+            str(tmp_path), ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", target=-5
+        )
+    assert [*(tmp_path / "ssd").iterdir(), *(tmp_path / "hdd").iterdir()] == []
