@@ -23,6 +23,7 @@ from placement.storage import (
     FileKind,
     FileRequest,
     FixedTier,
+    StorageConfigError,
     StorageError,
     TieredFileStore,
     TierIOError,
@@ -177,6 +178,18 @@ def test_choosers_validate_and_choose() -> None:
     chooser = ByKindTier({FileKind.SHUFFLE: Tier.SSD})
     assert chooser.choose(request(FileKind.SHUFFLE)) is Tier.SSD
     assert chooser.choose(request(FileKind.SPILL)) is Tier.HDD
+
+
+def test_kinds_a_rule_does_not_list_go_to_its_default_tier() -> None:
+    chooser = ByKindTier({FileKind.SHUFFLE: Tier.HDD}, default=Tier.SSD)
+    assert chooser.choose(request(FileKind.SPILL)) is Tier.SSD
+    assert chooser.choose(request(FileKind.SHUFFLE)) is Tier.HDD
+
+
+def test_fixed_choosers_are_equal_only_for_the_same_tier() -> None:
+    assert FixedTier(Tier.SSD) == FixedTier("ssd")  # type: ignore[arg-type]
+    assert hash(FixedTier(Tier.SSD)) == hash(FixedTier("ssd"))  # type: ignore[arg-type]
+    assert FixedTier(Tier.SSD) != FixedTier(Tier.HDD)
 
 
 def test_store_rejects_bad_configuration(tmp_path: Path) -> None:
@@ -379,6 +392,20 @@ def test_failing_chooser_falls_back_to_hdd(
         assert "model unavailable" in caplog.text
 
 
+def test_a_chooser_may_name_its_tier_and_one_naming_no_tier_sends_files_to_hdd(
+    tmp_path: Path,
+) -> None:
+    class ByName:
+        def choose(self, request: FileRequest) -> str:
+            return "ssd" if request.file_kind is FileKind.SHUFFLE else "nvme"
+
+    with TieredFileStore(ssd_dir=tmp_path / "s", hdd_dir=tmp_path / "h", chooser=ByName()) as s:
+        named = s.create("a", request(FileKind.SHUFFLE))
+        unknown = s.create("b", request())
+        assert named.tier is Tier.SSD and named.path.parent == s.roots[Tier.SSD]
+        assert unknown.tier is Tier.HDD
+
+
 def test_failing_sink_still_deletes(tmp_path: Path) -> None:
     class Refusing:
         def add(self, row: dict) -> None:
@@ -389,6 +416,31 @@ def test_failing_sink_still_deletes(tmp_path: Path) -> None:
         s.write(handle, b"data")
         s.delete(handle)
         assert not handle.path.exists() and s.rows_dropped == 1
+
+
+def test_a_file_needs_a_file_request(store: TieredFileStore) -> None:
+    with pytest.raises(TypeError, match="request must be a FileRequest, got dict"):
+        store.create("k", {"file_kind": "spill"})  # type: ignore[arg-type]
+    assert store.live_files() == []
+
+
+def test_a_file_never_written_reads_as_empty(store: TieredFileStore) -> None:
+    handle = store.create("shuffle-6/0", request(FileKind.SHUFFLE))
+    assert store.seal(handle).read_bytes() == b""
+    assert bytes(store.read(handle)) == b""
+    row = store.delete(handle)
+    assert (row["write_ops"], row["size_bytes"], row["read_ops"]) == (0, 0, 1)
+
+
+def test_a_deleted_file_takes_no_more_appends_or_reads(store: TieredFileStore) -> None:
+    handle = store.create("shuffle-6/1", request(FileKind.SHUFFLE))
+    store.append(handle, b"a")
+    store.delete(handle)
+    with pytest.raises(StorageError, match="already deleted"):
+        store.append(handle, b"late")
+    with pytest.raises(StorageError, match="already deleted"):
+        store.read(handle)
+    assert files_under(store.roots[Tier.HDD]) == []
 
 
 def test_duplicate_and_deleted_files_are_errors(store: TieredFileStore) -> None:
@@ -630,6 +682,135 @@ def test_shuffle_buffer_close_removes_the_runs_folder_on_both_tiers(
         store.close()
 
 
+def test_usage_counts_the_bytes_live_files_hold_now(store: TieredFileStore) -> None:
+    rewritten = store.create("rewritten", request(), tier=Tier.HDD)
+    store.write(rewritten, b"x" * 100)
+    store.write(rewritten, b"y" * 10)  # its largest size was 100; it holds 10 now
+    appended = store.create("shuffle-4/0", request(FileKind.SHUFFLE), tier=Tier.SSD)
+    store.append(appended, b"abc")
+    store.append(appended, b"defg")
+    assert store.usage() == {Tier.SSD: 3 + 4, Tier.HDD: 10}
+    store.delete(rewritten)
+    assert store.usage() == {Tier.SSD: 7, Tier.HDD: 0}
+
+
+@pytest.mark.parametrize("limit", ["_IOV_MAX", "_GATHER_MAX_BYTES"])
+def test_writes_right_at_the_limits_are_still_gathered(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    frames = [b"%03d" % i for i in range(20)]
+    monkeypatch.setattr(store_module, limit, 20 if limit == "_IOV_MAX" else 60)  # 20 frames, 60 B
+    real_writev = os.writev
+    gathered: list[int] = []
+
+    def writev(fd: int, buffers: list) -> int:
+        gathered.append(len(buffers))
+        return real_writev(fd, buffers)
+
+    monkeypatch.setattr(store_module.os, "writev", writev)
+    handle = store.create("k", request())
+    assert store.write(handle, frames) == 60
+    monkeypatch.undo()
+    assert gathered == [20] and bytes(store.read(handle)) == b"".join(frames)
+
+
+def test_a_file_shorter_than_its_size_reads_as_an_error_not_as_zeros(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = store.create("k", request())
+    store.write(handle, b"data")
+    real_fstat = os.fstat
+
+    def fstat(fd: int) -> os.stat_result:  # the file shrinks between its size and its read
+        st = real_fstat(fd)
+        return os.stat_result((*st[:6], st.st_size + 3, *st[7:10]))
+
+    monkeypatch.setattr(store_module.os, "fstat", fstat)
+    with pytest.raises(TierIOError, match="short read") as info:
+        store.read(handle)
+    monkeypatch.undo()
+    assert info.value.errno == errno.EIO and handle.stats.read_ops == 0
+
+
+def test_read_range_reads_up_to_the_end_and_refuses_ranges_past_it(
+    store: TieredFileStore,
+) -> None:
+    handle = store.create("k", request())
+    store.write(handle, b"0123456789")
+    assert bytes(store.read_range(handle, 7, 3)) == b"789"
+    assert bytes(store.read_range(handle, 10, 0)) == b""
+    for offset, nbytes in [(8, 3), (11, 0), (-1, 2), (0, -1)]:
+        with pytest.raises(StorageConfigError, match=r"runs past the end|must be >= 0"):
+            store.read_range(handle, offset, nbytes)
+    assert handle.stats.read_ops == 2 and handle.stats.read_bytes == 3
+
+
+def test_reads_reported_by_the_caller_count_their_operations(
+    store: TieredFileStore, sink: ListSink
+) -> None:
+    handle = store.create("k", request())
+    store.write(handle, b"0123456789")
+    assert store.read_path(handle).read_bytes() == b"0123456789"
+    store.record_read(handle, 10, ops=3)  # e.g. three batches of a memory-mapped file
+    store.record_read(handle, 4)
+    row = store.delete(handle)
+    assert sink.rows == [row] and (row["read_ops"], row["read_bytes"]) == (3 + 1, 10 + 4)
+
+
+def test_a_file_abandoned_without_a_row_is_removed_and_not_logged(
+    store: TieredFileStore, sink: ListSink
+) -> None:
+    handle = store.create("k", request())
+    store.write(handle, b"data")
+    store.delete(handle, log=False)
+    assert sink.rows == [] and store.live_files() == [] and not handle.path.exists()
+
+
+def test_a_closed_store_creates_no_files(tmp_path: Path) -> None:
+    store = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd")
+    store.close()
+    with pytest.raises(StorageError, match="is closed"):
+        store.create("late", request())
+    assert store.live_files() == [] and store.remove_folder("late") == 0
+
+
+def test_a_live_file_keeps_only_its_own_folder(store: TieredFileStore) -> None:
+    done = store.create("run-1/a", request())
+    store.write(done, b"a")
+    other = store.create("run-10/a", request())  # "run-10/..." does not lie in "run-1"
+    store.write(other, b"b")
+    store.delete(done)
+    assert store.remove_folder("run-1") == 1
+    assert not (store.roots[Tier.HDD] / "run-1").exists()
+    assert bytes(store.read(other)) == b"b"
+
+
+@pytest.mark.usefixtures("stuck_unlink")
+def test_a_folder_still_holding_a_file_on_disk_is_left(store: TieredFileStore) -> None:
+    handle = store.create("run-2/stuck-0", request())
+    store.write(handle, b"data")
+    store.delete(handle)  # its file could not be removed
+    assert store.remove_folder("run-2") == 0
+    assert handle.path.read_bytes() == b"data"
+
+
+def test_a_folder_that_cannot_be_removed_is_an_error(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = store.create("run-3/a", request())
+    store.write(handle, b"a")
+    store.delete(handle)
+
+    def rmdir(path: str | os.PathLike[str]) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+
+    monkeypatch.setattr(store_module.os, "rmdir", rmdir)
+    with pytest.raises(TierIOError, match="removing the folder") as info:
+        store.remove_folder("run-3")
+    monkeypatch.undo()
+    assert info.value.errno == errno.EACCES
+
+
 # ---------------------------------------------------------------------- unsafe names
 @pytest.mark.parametrize(
     "name",
@@ -773,6 +954,95 @@ def test_both_tiers_failing_raises_an_oserror(
         store.write(handle, b"data")
     assert isinstance(info.value, OSError) and info.value.errno == errno.ENOSPC
     assert not handle.path.exists() and not handle.partial_path.exists()
+
+
+def tear_writes(
+    monkeypatch: pytest.MonkeyPatch, store: TieredFileStore, errnos: dict[Tier, int]
+) -> None:
+    """Writes landing on a tier of ``errnos`` write half their first frame, then fail with
+    that tier's errno; writes on other tiers go through."""
+    real = store_module._write_frames
+
+    def write(fd: int, frames: list) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        for tier, code in errnos.items():
+            if path.startswith(str(store.roots[tier])):
+                first = bytes(frames[0])
+                os.write(fd, first[: max(1, len(first) // 2)])
+                raise OSError(code, os.strerror(code))
+        real(fd, frames)
+
+    monkeypatch.setattr(store_module, "_write_frames", write)
+
+
+def test_a_quota_exceeded_on_ssd_sends_the_file_to_hdd(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tear_writes(monkeypatch, store, {Tier.SSD: errno.EDQUOT})
+    handle = store.create("k", request(), tier=Tier.SSD)
+    assert store.write(handle, b"data") == 4
+    assert handle.tier is Tier.HDD and handle.fell_back and store.fallbacks == 1
+    assert bytes(store.read(handle)) == b"data"
+    assert files_under(store.roots[Tier.SSD]) == []
+
+
+def test_a_full_hdd_fails_a_rewrite_and_keeps_the_bytes_already_stored(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a full SSD sends a file to the other tier: a full HDD fails the write."""
+    handle = store.create("k", request(), tier=Tier.HDD)
+    store.write(handle, b"old bytes")
+    tear_writes(monkeypatch, store, {Tier.HDD: errno.ENOSPC})
+    with pytest.raises(TierIOError, match="writing") as info:
+        store.write(handle, b"new bytes")
+    monkeypatch.undo()
+    assert info.value.errno == errno.ENOSPC
+    assert handle.tier is Tier.HDD and not handle.fell_back and store.fallbacks == 0
+    assert bytes(store.read(handle)) == b"old bytes"
+
+
+def test_a_rewrite_failing_on_both_tiers_keeps_the_bytes_already_stored(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = store.create("k", request(), tier=Tier.SSD)
+    store.write(handle, b"old bytes")
+    tear_writes(monkeypatch, store, {Tier.SSD: errno.ENOSPC, Tier.HDD: errno.EIO})
+    with pytest.raises(TierIOError) as info:
+        store.write(handle, b"new bytes")
+    monkeypatch.undo()
+    assert info.value.errno == errno.EIO and handle.tier is Tier.HDD
+    assert bytes(store.read(handle)) == b"old bytes"
+
+
+def test_a_failed_append_leaves_the_file_as_it_was(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = store.create("shuffle-5/0", request(FileKind.SHUFFLE), tier=Tier.HDD)
+    store.append(handle, b"first-")
+    tear_writes(monkeypatch, store, {Tier.HDD: errno.EIO})
+    with pytest.raises(TierIOError) as info:
+        store.append(handle, b"second-")
+    monkeypatch.undo()
+    assert info.value.errno == errno.EIO and store.fallbacks == 0
+    store.append(handle, b"third")
+    assert bytes(store.read(handle)) == b"first-third"
+    row = store.delete(handle)
+    assert row["write_ops"] == 2 and row["write_bytes"] == row["size_bytes"] == 6 + 5
+
+
+def test_an_append_failing_on_both_tiers_leaves_the_moved_bytes_whole(
+    store: TieredFileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = store.create("shuffle-5/1", request(FileKind.SHUFFLE), tier=Tier.SSD)
+    store.append(handle, b"first-")
+    tear_writes(monkeypatch, store, {Tier.SSD: errno.ENOSPC, Tier.HDD: errno.EIO})
+    with pytest.raises(TierIOError) as info:
+        store.append(handle, b"second-")
+    monkeypatch.undo()
+    assert info.value.errno == errno.EIO
+    assert handle.tier is Tier.HDD, "its bytes moved to HDD before the HDD failed too"
+    store.append(handle, b"third")
+    assert bytes(store.read(handle)) == b"first-third"
 
 
 # ---------------------------------------------------------------------- crashes and orphans
@@ -992,9 +1262,79 @@ def test_cleanup_counts_only_the_files_it_removed(
     store.close()
 
 
+class RecordingSink(ListSink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.unlogged: list[dict] = []
+
+    def record_unlogged(self, record: dict) -> None:
+        self.unlogged.append(record)
+
+
+def test_cleanup_records_every_lost_file_but_names_only_a_sample(tmp_path: Path) -> None:
+    """A dead store that held no file records nothing; one that held more files than the
+    sample has them all counted and the sample's worth named."""
+    sample = store_module.UNLOGGED_SAMPLE
+    make_dead_store(tmp_path / "ssd", "store-deadhost-1-0000aaaa", 0)
+    many = make_dead_store(tmp_path / "hdd", "store-deadhost-2-0000bbbb", sample + 1)
+    sink = RecordingSink()
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink) as s:
+        assert s.orphans_removed == s.orphans_unlogged == sample + 1
+    (record,) = sink.unlogged
+    assert record["files"] == sample + 1
+    (dead,) = record["stores"]
+    assert (dead["store"], dead["tier"], dead["files"]) == (many.name, "hdd", sample + 1)
+    assert len(dead["names"]) == sample
+
+
+def test_cleanup_removes_what_a_store_killed_while_taking_its_lock_left(tmp_path: Path) -> None:
+    hdd = tmp_path / "hdd"
+    unlocked = make_dead_store(hdd, "store-deadhost-3-0000cccc", 2)
+    (hdd / f"{unlocked.name}.lock").unlink()  # killed before its lock file was in place
+    stray = hdd / ".store-deadhost-4-0000dddd.lock.tmp"  # killed before locking it
+    stray.touch()
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=hdd) as s:
+        assert s.orphans_removed == 2
+        assert not unlocked.exists() and not stray.exists()
+
+
+def test_a_store_made_without_cleanup_leaves_dead_stores_alone(tmp_path: Path) -> None:
+    dead = make_dead_store(tmp_path / "hdd", "store-deadhost-5-0000eeee", 1)
+    with TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", cleanup=False) as s:
+        assert s.orphans_removed == 0 and (dead / "f0").exists()
+        assert s.cleanup_orphans() == 1 and not dead.exists()
+
+
+def test_rows_and_records_of_lost_files_are_stamped_by_the_store_clock(tmp_path: Path) -> None:
+    make_dead_store(tmp_path / "hdd", "store-deadhost-6-0000ffff", 1)
+    sink = RecordingSink()
+    with TieredFileStore(
+        ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink, clock=lambda: 1234.5
+    ) as s:
+        row = s.delete(s.create("k", request()))
+    assert row["deleted_at"] == 1234.5 and sink.rows == [row]
+    assert [r["recorded_at"] for r in sink.unlogged] == [1234.5]
+
+
+def test_lost_files_are_counted_even_when_the_sink_refuses_their_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Refusing(ListSink):
+        def record_unlogged(self, record: dict) -> None:
+            raise OSError("log disk gone")
+
+    make_dead_store(tmp_path / "hdd", "store-deadhost-7-00001111", 2)
+    with caplog.at_level(logging.WARNING, logger="placement.storage.store"):
+        store = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=Refusing())
+    with store:
+        assert store.orphans_unlogged == 2
+        make_dead_store(tmp_path / "ssd", "store-deadhost-8-00002222", 1)
+        assert store.cleanup_orphans() == 1 and store.orphans_unlogged == 2 + 1
+    assert "log disk gone" in caplog.text
+
+
 # ---------------------------------------------------------------------- configured directories
 def test_storage_dirs_are_checked_and_errors_name_the_key(tmp_path: Path) -> None:
-    from placement.storage import StorageConfigError
     from placement.storage.config import check_storage_dirs
 
     (tmp_path / "afile").write_text("not a directory")
