@@ -75,16 +75,28 @@ class WorkerShare:
 
     def live_reserved(self, now: float | None) -> int:
         """Reservations still counted at ``now`` (all of them when ``now`` is ``None``)."""
-        if now is None:
-            return self.reserved
+        if now is None or not self.reservations or now < self.reservations[0][0]:
+            return self.reserved  # none lapsed: the common case, O(1)
         return self.reserved - sum(n for _, n in self.reservations[: self._lapsed(now)])
 
     def add_reservation(self, size: int, *, now: float, ttl_s: float) -> None:
-        """Hold ``size`` bytes until ``now + ttl_s``, dropping reservations lapsed at ``now``."""
-        lapsed = self._lapsed(now)
-        self.reserved -= sum(n for _, n in self.reservations[:lapsed])
-        del self.reservations[:lapsed]
-        bisect.insort(self.reservations, (now + float(ttl_s), size), key=lambda r: r[0])
+        """Hold ``size`` bytes until ``now + ttl_s``, dropping reservations lapsed at ``now``.
+
+        Reservations lapsing at the same time (one batch) share an entry, so a client
+        holds one entry per batch of its last lease life, not one per file.
+        """
+        held = self.reservations
+        if held and held[0][0] <= now:
+            lapsed = self._lapsed(now)
+            self.reserved -= sum(n for _, n in held[:lapsed])
+            del held[:lapsed]
+        until = now + float(ttl_s)
+        # with one ttl and a steady clock, every new reservation lapses last: O(1)
+        at = len(held) if not held or held[-1][0] <= until else self._lapsed(until)
+        if at and held[at - 1][0] == until:
+            held[at - 1] = (until, held[at - 1][1] + size)
+        else:
+            held.insert(at, (until, size))
         self.reserved += size
 
     def clear_reservations(self) -> None:

@@ -62,3 +62,13 @@ def test_a_client_deciding_without_pause_holds_only_its_last_lease_life() -> Non
     share = ledger.share("client")
     assert share is not None and share.reserved == 50 and len(share.reservations) == 5
     assert ledger.report("client", 0, now=99) and ledger.used(99) == 0
+
+
+def test_reservations_made_at_the_same_time_share_an_entry() -> None:
+    ledger = ClusterLedger(1000)
+    for size in (10, 20, 30):  # one batch
+        assert ledger.reserve("client", size, now=1, ttl_s=5)
+    assert ledger.reserve("client", 5, now=0.5, ttl_s=5)  # made earlier, lapses first
+    share = ledger.share("client")
+    assert share is not None and share.reservations == [(5.5, 5), (6.0, 60)]
+    assert ledger.used(5.5) == 60 and ledger.used(6) == 0
