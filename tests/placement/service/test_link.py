@@ -21,23 +21,11 @@ from tests.placement.service.test_service import Clock, FakeScheduler, request
 MiB = 2**20
 
 
-class Recording(FakeScheduler):
-    """Forwards to the service and keeps every message sent."""
-
-    def __init__(self, service: PlacementService) -> None:
-        super().__init__(service)
-        self.messages: list[dict] = []
-
-    async def placement_sync(self, **message: object) -> dict | None:
-        self.messages.append(message)
-        return await super().placement_sync(**message)
-
-
 def test_a_renewal_asks_for_a_lease_as_large_as_the_dense_file_that_did_not_fit(
     store: TieredFileStore,
 ) -> None:
     service = PlacementService(ServiceConfig(ssd_capacity_bytes=64 * MiB))
-    scheduler = Recording(service)
+    scheduler = FakeScheduler(service)
     chooser = LeasedChooser()
     link = ServiceLink(chooser, store, scheduler, "tcp://w:1")
     assert asyncio.run(link.sync_once())
@@ -94,15 +82,7 @@ def test_a_renewal_whose_lease_arrived_expired_asks_again_for_a_large_enough_lea
     clock = Clock()
     service = PlacementService(ServiceConfig(ssd_capacity_bytes=64 * MiB, lease_ttl_s=2.0))
 
-    class Slow(Recording):
-        slow = False
-
-        async def placement_sync(self, **message: object) -> dict | None:
-            if self.slow:
-                clock.now += 2.0  # the answer takes the whole lease life
-            return await super().placement_sync(**message)
-
-    scheduler = Slow(service)
+    scheduler = FakeScheduler(service, clock)
     chooser = LeasedChooser(clock=clock)
     link = ServiceLink(chooser, store, scheduler, "tcp://w:1", clock=clock)
     assert asyncio.run(link.sync_once())

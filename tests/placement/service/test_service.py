@@ -820,17 +820,26 @@ def test_a_failing_predictor_never_fails_the_decision() -> None:
 class FakeScheduler:
     """Stands in for ``worker.scheduler``: forwards to a real PlacementService, or misbehaves."""
 
-    def __init__(self, service: PlacementService) -> None:
+    def __init__(self, service: PlacementService, clock: Clock | None = None) -> None:
         self.service = service
         #: While set, each call waits for this event before it answers (a stalled scheduler).
         self.stall: asyncio.Event | None = None
         self.absent = False
+        #: While true, each answer takes the whole lease life of ``clock`` (arrives expired).
+        self.slow = False
+        self.clock = clock
+        #: Every report sent, in order.
+        self.messages: list[dict] = []
 
     async def placement_sync(self, **message: object) -> dict | None:
+        self.messages.append(message)
         if self.stall is not None:
             await self.stall.wait()
         if self.absent:
             return None  # what Dask answers for an op without a handler
+        if self.slow:
+            assert self.clock is not None, "a slow FakeScheduler needs the link's clock"
+            self.clock.now += self.service.config.lease_ttl_s
         return self.service.sync(**message)
 
 
@@ -1206,15 +1215,8 @@ def test_a_lease_that_arrives_expired_is_not_a_renewal(
     clock = Clock()
     service = PlacementService(ServiceConfig(ssd_capacity_bytes=MiB, lease_ttl_s=2.0))
 
-    class Slow(FakeScheduler):
-        slow = True
-
-        async def placement_sync(self, **message: object) -> dict | None:
-            if self.slow:
-                clock.now += 2.0  # the answer takes the whole lease life
-            return await super().placement_sync(**message)
-
-    scheduler = Slow(service)
+    scheduler = FakeScheduler(service, clock)
+    scheduler.slow = True  # each answer takes the whole lease life
     chooser = LeasedChooser(clock=clock)
     link = ServiceLink(chooser, store, scheduler, "tcp://w:1", clock=clock)
 
