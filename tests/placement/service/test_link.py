@@ -16,7 +16,7 @@ from placement.service import (
 )
 from placement.storage import TieredFileStore
 from placement.tier import Tier
-from tests.placement.service.test_service import Clock, FakeScheduler, request
+from tests.placement.service.test_service import BadPayload, Clock, FakeScheduler, request
 
 MiB = 2**20
 
@@ -100,19 +100,7 @@ def test_a_renewal_whose_lease_arrived_expired_asks_again_for_a_large_enough_lea
 def test_a_model_version_that_failed_to_install_is_not_tried_again(
     store: TieredFileStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    class Resending:
-        """An older scheduler that ships the same bad model at every renewal."""
-
-        async def placement_sync(self, **message: object) -> dict:
-            return {
-                "allowance": MiB,
-                "threshold": 0.0,
-                "ttl": 5.0,
-                "model_version": 7,
-                "predictor": b"junk",
-            }
-
-    link = ServiceLink(LeasedChooser(), store, Resending(), "tcp://w:1")
+    link = ServiceLink(LeasedChooser(), store, BadPayload(), "tcp://w:1")  # an older scheduler
 
     async def renew(n: int) -> list[bool]:
         return [await link.sync_once() for _ in range(n)]

@@ -936,19 +936,21 @@ def test_renewals_estimate_each_ssd_file_once_per_predictor(store: TieredFileSto
     )
 
 
+class BadPayload:
+    """A scheduler that ships the same unreadable model (version 7) at every renewal."""
+
+    async def placement_sync(self, **message: object) -> dict:
+        return {
+            "allowance": MiB,
+            "threshold": 0.0,
+            "ttl": 5.0,
+            "model_version": 7,
+            "predictor": b"junk",
+        }
+
+
 def test_link_keeps_its_model_when_the_payload_is_bad(store: TieredFileStore) -> None:
     chooser = LeasedChooser()
-
-    class BadPayload:
-        async def placement_sync(self, **message: object) -> dict:
-            return {
-                "allowance": MiB,
-                "threshold": 0.0,
-                "ttl": 5.0,
-                "model_version": 7,
-                "predictor": b"junk",
-            }
-
     link = ServiceLink(chooser, store, BadPayload(), "tcp://w:1")
     assert asyncio.run(link.sync_once())
     assert chooser.predictor.version == 0 and link.model_errors == 1
