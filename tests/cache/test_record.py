@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from cache import CorruptRecordError
+from cache.errors import CacheConfigError
 from cache.record import (
+    CHECKSUM_SIZE,
+    HEADER_SIZE,
     MAX_INDEX,
+    MAX_VARIANT,
     RECORD_OVERHEAD,
+    RECORD_VERSION,
     decode_record,
     encode_record,
     encode_records,
     key_int,
+    malformed_key,
     pack_key,
     pack_keys,
     record_label,
     unpack_key,
+    variant_range,
 )
 
 shapes = st.tuples(st.integers(1, 4), st.integers(1, 24), st.integers(1, 24))
@@ -118,3 +126,92 @@ def test_keys_out_of_range_or_of_a_bad_length_raise_the_packages_config_error() 
         pack_key(0, 1 << 16)
     with pytest.raises(CacheConfigError, match="a record key has 8 bytes, not 7"):
         unpack_key(b"\0" * 7)
+
+
+def test_pack_keys_accepts_the_largest_index_and_variant_and_refuses_one_past_them() -> None:
+    keys, _ = pack_keys(np.array([0, MAX_INDEX]), MAX_VARIANT)
+    assert keys == [pack_key(0, MAX_VARIANT), pack_key(MAX_INDEX, MAX_VARIANT)]
+    with pytest.raises(CacheConfigError, match="sample indices must be in"):
+        pack_keys(np.array([0, MAX_INDEX + 1]), 0)
+    with pytest.raises(CacheConfigError, match="variant must be in"):
+        pack_keys(np.array([0]), MAX_VARIANT + 1)
+
+
+@pytest.mark.parametrize("variant", [0, 7, MAX_VARIANT])
+def test_a_variant_range_holds_every_key_of_its_variant_and_no_other(variant: int) -> None:
+    start, end = variant_range(variant)
+
+    def inside(key: bytes) -> bool:
+        return start <= key and (end == b"" or key < end)
+
+    assert inside(pack_key(0, variant)) and inside(pack_key(MAX_INDEX, variant))
+    if variant > 0:
+        assert not inside(pack_key(MAX_INDEX, variant - 1))
+    if variant < MAX_VARIANT:
+        assert not inside(pack_key(0, variant + 1))
+    else:
+        assert end == b""  # the last variant's range runs to the end of the keys
+
+
+def test_malformed_key_is_none_for_whole_or_no_keys_and_names_one_of_another_length() -> None:
+    assert malformed_key([]) is None
+    assert malformed_key([pack_key(1, 0), pack_key(MAX_INDEX, 3)]) is None
+    short = bytes(6) + b"\x01"
+    assert malformed_key([pack_key(1, 0), short]) == (
+        "a record key of 7 bytes, not 8: 00000000000001"
+    )
+
+
+def test_batch_encoding_refuses_an_out_buffer_that_is_not_c_contiguous() -> None:
+    payloads = np.zeros((2, 12), np.uint8)
+    out = np.zeros((2, 12 + RECORD_OVERHEAD), np.uint8, order="F")
+    with pytest.raises(CacheConfigError, match="C-contiguous"):
+        encode_records(np.arange(2), 0, np.zeros(2, np.int64), payloads, out=out)
+
+
+def test_a_record_with_bytes_after_its_checksum_is_refused() -> None:
+    sample = np.arange(48, dtype=np.uint8)
+    value = encode_record(5, 1, 2, sample) + b"\0"
+    with pytest.raises(CorruptRecordError, match="bytes, expected"):
+        decode_record(value, 5, 1, (48,))
+    assert record_label(value, key_int(5, 1), 48) is None
+    assert record_label(memoryview(value), key_int(5, 1), 48) is None
+
+
+def _resealed(value: bytes, index: int, variant: int, offset: int, field: bytes) -> bytes:
+    """``value`` with ``field`` written at ``offset`` of its header and its checksum
+    recomputed (xxh3_64 of everything before it, seeded with the key), as a writer of
+    another format would store it."""
+    body = bytearray(value[:-CHECKSUM_SIZE])
+    body[offset : offset + len(field)] = field
+    digest = xxhash.xxh3_64_intdigest(bytes(body), seed=key_int(index, variant))
+    return bytes(body) + digest.to_bytes(CHECKSUM_SIZE, "little")
+
+
+@pytest.mark.parametrize(
+    ("offset", "field"),
+    [
+        (0, b"DPC2"),  # magic
+        (4, bytes([RECORD_VERSION + 1])),  # format version
+        (16, (49).to_bytes(8, "little")),  # payload size: one more than the 48 stored
+    ],
+    ids=["magic", "version", "payload size"],
+)
+def test_a_header_of_another_format_is_refused_even_with_a_valid_checksum(
+    offset: int, field: bytes
+) -> None:
+    value = _resealed(encode_record(5, 1, 2, np.arange(48, dtype=np.uint8)), 5, 1, offset, field)
+    with pytest.raises(CorruptRecordError, match="bad header"):
+        decode_record(value, 5, 1, (48,))
+    assert record_label(value, key_int(5, 1), 48) is None
+    assert record_label(memoryview(value), key_int(5, 1), 48) is None
+
+
+def test_a_decoded_sample_is_a_writable_copy_independent_of_the_stored_value() -> None:
+    sample = np.arange(48, dtype=np.uint8).reshape(3, 4, 4)
+    value = bytearray(encode_record(5, 1, 2, sample))
+    out, label = decode_record(value, 5, 1, (3, 4, 4))
+    value[HEADER_SIZE : HEADER_SIZE + 48] = bytes(48)  # the map's page reused after the read
+    assert label == 2 and np.array_equal(out, sample)
+    from_bytes, _ = decode_record(encode_record(5, 1, 2, sample), 5, 1, (3, 4, 4))
+    assert out.flags.writeable and from_bytes.flags.writeable
