@@ -12,32 +12,41 @@ import datetime as dt
 import json
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from logs_analysis.aggregate import AggregateConfig, aggregate
+from logs_analysis.cli import report_command
 from logs_analysis.errors import AnalysisConfigError
-from logs_analysis.report import ReportConfig
+from logs_analysis.filters import (
+    PIPELINE,
+    TIME_RANGE,
+    FilterStats,
+    RowFilter,
+    parse_time,
+    unknown_pipelines_message,
+)
+from logs_analysis.formats import discover
+from logs_analysis.readers import plan, read_table
+from logs_analysis.report import CSV_COLUMNS, ReportConfig
+from placement.logwriter import LogWriter
 
 UTC = dt.timezone.utc
 
 
 def _report(args: list[str]) -> Any:
-    from logs_analysis.cli import report_command
-
     return CliRunner().invoke(report_command, [*args, "--no-progress"])
 
 
 def _aggregate(paths: list[Path], **options: Any) -> Any:
-    from logs_analysis.aggregate import AggregateConfig, aggregate
-    from logs_analysis.formats import discover
-    from logs_analysis.readers import plan
-
     sources, issues = discover(paths)
     chunks, more = plan(sources)
     issues.merge(more)
@@ -107,8 +116,6 @@ def test_cli_refuses_a_range_that_holds_no_time(tmp_path: Path) -> None:
 def test_filters_select_the_rows_of_every_summary(
     native_dir: Path, real_rows: pa.Table, tmp_path: Path
 ) -> None:
-    from logs_analysis.filters import RowFilter
-
     logs = tmp_path / "logs"
     shutil.copytree(native_dir, logs)
     first = min(logs.glob("*.parquet"))
@@ -147,7 +154,6 @@ def test_a_filter_that_keeps_few_rows_still_fills_the_sample(
 ) -> None:
     """The sampling rate is set for all rows (100 of 538); when the filter keeps 162 of them,
     the sample is drawn again at the rate of those, not left at a third of its size."""
-    from logs_analysis.filters import RowFilter
 
     kept = _of_pipeline(real_rows, "pipe0").num_rows
     assert kept < 0.4 * real_rows.num_rows
@@ -164,8 +170,6 @@ def test_a_filter_that_keeps_few_rows_still_fills_the_sample(
 def test_report_says_which_filters_removed_which_rows(
     native_dir: Path, real_rows: pa.Table, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from logs_analysis.report import CSV_COLUMNS
-
     out = tmp_path / "out" / "r.html"
     until = "2020-04-21T08:00:00"
     with caplog.at_level(logging.WARNING, logger="logs_analysis.report"):
@@ -260,7 +264,6 @@ def test_spark_and_darshan_logs_are_filtered_by_creation_time(
 ) -> None:
     """Spark records are created at their task's launch, Darshan records at their first open:
     2016-2019 keeps only the 2018 Spark application."""
-    from logs_analysis.readers import read_table
 
     real_rows, _ = read_table([spark_dir, darshan_log])
     out = tmp_path / "r.html"
@@ -291,8 +294,6 @@ def test_spark_and_darshan_logs_are_filtered_by_creation_time(
 
 @pytest.mark.parametrize("when", ["2026-11-24T04:20:00", "2026-11-24T04:20:00.250"])
 def test_since_is_inclusive_and_until_exclusive(when: str) -> None:
-    from logs_analysis.filters import TIME_RANGE, RowFilter
-
     t = dt.datetime.fromisoformat(when).replace(tzinfo=UTC).timestamp()
     table = pa.table({"created_at": pa.array([t - 1, t, t + 1], pa.float64())})
     kept, stats = RowFilter(since=when).apply(table)
@@ -313,8 +314,6 @@ def test_since_is_inclusive_and_until_exclusive(when: str) -> None:
 def test_a_range_that_keeps_nothing_names_the_creation_times_of_every_file(
     real_rows: pa.Table, tmp_path: Path
 ) -> None:
-    from placement.logwriter import LogWriter
-
     # the earliest and the latest creation times in files of their own, neither the
     # first file nor the last
     ordered = real_rows.sort_by("created_at").to_pylist()
@@ -345,7 +344,53 @@ def test_a_range_that_keeps_nothing_names_the_creation_times_of_every_file(
 
 
 def _created_span(path: Path) -> tuple[float, float]:
-    import pyarrow.parquet as pq
-
     created = pq.read_table(path, columns=["created_at"])["created_at"].to_numpy()
     return float(created.min()), float(created.max())
+
+
+# ----------------------------------------------------------------------------- times and names
+
+
+def test_a_time_without_an_offset_is_utc_whatever_the_local_time_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "JST-9")  # nine hours ahead of UTC, no daylight saving
+    time.tzset()
+    try:
+        assert time.timezone == -9 * 3600
+        row_filter = RowFilter(since="2026-11-24T04:20", until=dt.datetime(2026, 11, 24, 5))
+        assert row_filter.since == dt.datetime(2026, 11, 24, 4, 20, tzinfo=UTC)
+        assert row_filter.until == dt.datetime(2026, 11, 24, 5, tzinfo=UTC)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_date_is_midnight_utc_of_that_day() -> None:
+    assert parse_time(dt.date(2020, 4, 21), "since") == dt.datetime(2020, 4, 21, tzinfo=UTC)
+    assert parse_time("2020-04-21", "until") == dt.datetime(2020, 4, 21, tzinfo=UTC)
+
+
+def test_a_time_range_after_a_pipeline_filter_that_kept_nothing_removes_zero_rows() -> None:
+    table = pa.table({"pipeline": ["a", "b", "a"], "created_at": [1.0, 2.0, 3.0]})
+    kept, stats = RowFilter(pipelines=("c",), since="1970-01-01T00:00:02").apply(table)
+    assert kept.num_rows == 0
+    assert stats.removed == {PIPELINE: 3, TIME_RANGE: 0}
+    assert stats.pipelines == {"a": 2, "b": 1}
+
+
+@pytest.mark.parametrize("count", [30, 32])
+def test_the_pipelines_named_are_the_thirty_largest_then_a_count_of_the_rest(count: int) -> None:
+    stats = FilterStats(pipelines={f"p{i:02d}": 100 - i for i in range(count)})
+    message = unknown_pipelines_message(RowFilter(pipelines=("zzz",)), stats)
+    listed = message.split("the pipelines in these logs are: ")[1]
+    names = [f"p{i:02d} ({100 - i} files)" for i in range(30)]
+    assert listed == ", ".join(names) + ("" if count == 30 else " and 2 more")
+
+
+def test_a_pipeline_name_found_inside_a_longer_one_is_suggested() -> None:
+    stats = FilterStats(pipelines={"nightly-etl-job": 5, "merge": 3})
+    message = unknown_pipelines_message(RowFilter(pipelines=("ETL",)), stats)
+    assert "--pipeline 'ETL' matches no usable row (did you mean 'nightly-etl-job' for 'ETL'?)" in (
+        message
+    )

@@ -12,7 +12,15 @@ import pytest
 
 from logs_analysis.issues import MAX_EXAMPLES, ReadIssues
 from logs_analysis.readers.base import ChunkResult
-from logs_analysis.validate import _hash_strings, duplicate_rows, key_hashes, validate_rows
+from logs_analysis.validate import (
+    DUPLICATE_ROW,
+    _hash_strings,
+    drop_duplicates,
+    duplicate_rows,
+    key_hashes,
+    usable_rows,
+    validate_rows,
+)
 
 # ----------------------------------------------------------------------------- string hash
 
@@ -226,3 +234,30 @@ def test_many_bad_rows_are_all_counted_and_a_few_kept_as_examples() -> None:
     assert issues.counts == {"negative read_ops": 7}
     assert [e.location for e in issues.examples] == [f"row {i}" for i in range(MAX_EXAMPLES)]
     assert MAX_EXAMPLES == 5
+
+
+@pytest.mark.parametrize(
+    "name", ["size_bytes", "read_ops", "write_ops", "read_bytes", "write_bytes"]
+)
+def test_a_negative_size_or_count_drops_the_row(name: str) -> None:
+    table, issues = _check(_rows(3, **{name: [0, -1, 5]}))
+    assert table["file_id"].to_pylist() == ["f0", "f2"]
+    assert issues.counts == {f"negative {name}": 1}
+
+
+def test_a_duplicate_is_located_at_its_row_in_the_file_past_dropped_rows() -> None:
+    """Rows dropped by the row checks before a duplicate do not shift where it is said to be."""
+    first = ChunkResult(_rows(4), ReadIssues(), "a.parquet", first_row=0)
+    again = _rows(5, file_id=["g0", "f1", "g2", "f3", "g4"], read_ops=[-1, 1, -1, 1, 1])
+    second = ChunkResult(again, ReadIssues(), "b.parquet", first_row=0)
+    table_a = usable_rows(first)[0]
+    table_b, dropped, kept_b = usable_rows(second)
+    assert dropped.counts == {"negative read_ops": 2}
+    np.testing.assert_array_equal(kept_b, [1, 3, 4])
+    found = duplicate_rows([key_hashes(table_a), key_hashes(table_b)], ["a.parquet", "b.parquet"])
+    assert list(found) == [1]
+    table, issues = drop_duplicates(table_b, second, kept_b, found[1])
+    assert table["file_id"].to_pylist() == ["g4"]
+    assert issues.counts == {DUPLICATE_ROW: 2}
+    assert [e.location for e in issues.examples] == ["row 1", "row 3"]
+    assert all("already read from a.parquet" in e.detail for e in issues.examples)

@@ -324,3 +324,65 @@ def test_a_listing_torn_by_a_compaction_in_a_subdirectory_finds_the_merged_file(
     table, issues = read_table([tmp_path])
     assert sorted(table["file_id"].to_pylist()) == [f"f{i}" for i in range(8)]
     assert not issues
+
+
+def test_a_parquet_chunk_takes_row_groups_up_to_exactly_chunk_rows(
+    real_rows: pa.Table, tmp_path: Path
+) -> None:
+    path = tmp_path / "even.parquet"
+    pq.write_table(real_rows.slice(0, 400), path, row_group_size=50)
+    chunks, issues = plan_parquet(path, chunk_rows=100)
+    # two row groups of 50 fill a chunk of 100 rows exactly
+    assert not issues
+    assert [c.row_groups for c in chunks] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert [(c.first_row, c.estimated_rows) for c in chunks] == [(i * 100, 100) for i in range(4)]
+
+
+def test_jsonl_line_holding_two_objects_is_invalid_and_the_rest_keep_their_lines(
+    real_rows: pa.Table, tmp_path: Path
+) -> None:
+    rows = [json.dumps(row) for row in real_rows.slice(0, 4).to_pylist()]
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join([rows[0], rows[1] + " " + rows[2], rows[3]]) + "\n")
+    (chunk,) = plan_jsonl(path)[0]
+    result = chunk.load()
+    assert result.issues.counts == {"invalid JSON": 1}
+    assert [e.location for e in result.issues.examples] == ["line 2"]
+    assert result.table["file_id"].to_pylist() == [
+        real_rows["file_id"][0].as_py(),
+        real_rows["file_id"][3].as_py(),
+    ]
+    assert [result.locate(i) for i in range(2)] == [("", 1), ("", 3)]
+
+
+def test_jsonl_integers_at_the_ends_of_their_column_range_are_kept(
+    real_rows: pa.Table, tmp_path: Path
+) -> None:
+    rows = real_rows.slice(0, 6).to_pylist()
+    rows[1]["size_bytes"] = 2**63 - 1  # the largest int64
+    rows[2]["size_bytes"] = 2**63  # one past it
+    rows[3]["n_workers"] = 2**31 - 1  # the largest int32
+    rows[4]["n_workers"] = 2**31
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    table, issues = read_table([path])
+    assert issues.counts == {"value out of range": 2}
+    assert sorted(e.location for e in issues.examples) == ["line 3", "line 5"]
+    kept = {row["file_id"]: row for row in table.to_pylist()}
+    assert kept[rows[1]["file_id"]]["size_bytes"] == 2**63 - 1
+    assert kept[rows[3]["file_id"]]["n_workers"] == 2**31 - 1
+    assert len(kept) == 4
+
+
+def test_jsonl_booleans_and_fractions_are_wrong_types(real_rows: pa.Table, tmp_path: Path) -> None:
+    rows = real_rows.slice(0, 6).to_pylist()
+    rows[1]["read_ops"] = True  # an integer column
+    rows[2]["write_ops"] = 1.5
+    rows[3]["created_at"] = False  # a float column
+    rows[4]["stage"] = True  # a string column
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    table, issues = read_table([path])
+    assert issues.counts == {"value of the wrong type": 4}
+    assert sorted(e.location for e in issues.examples) == [f"line {i}" for i in (2, 3, 4, 5)]
+    assert table["file_id"].to_pylist() == [rows[0]["file_id"], rows[5]["file_id"]]
