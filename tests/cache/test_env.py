@@ -136,3 +136,18 @@ def test_commits_are_synced_to_disk_only_when_the_cache_is_durable(
         assert shared.env.flags()["sync"] is durable
     finally:
         release(config.path, shared)
+
+
+def test_a_handle_inherited_through_fork_is_kept_open_when_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing it would drop the locks and reader slots of this process's own handle."""
+    path = _written(tmp_path / "c")
+    shared = acquire(path, _config(path), create=False)
+    key = os.path.realpath(path)
+    monkeypatch.setitem(cache.env._INHERITED, key, [])  # forgotten when the test ends
+    shared.owner_pid = os.getpid() + 1  # as a child process sees its parent's handle
+    release(path, shared)
+    assert shared.env.stat()["entries"] >= 0  # still open: a closed one raises
+    assert cache.env._INHERITED[key] == [shared]
+    shared.env.close()
