@@ -22,19 +22,26 @@ def test_worker_processes_ignore_sigint_and_the_scheduler_serves_no_http() -> No
     from distributed import Client
 
     before = dask.config.get(WORKER_PRELOAD_KEY)
-    with (
-        local_cluster(n_workers=1, threads_per_worker=1, memory_limit="512MiB") as cluster,
-        Client(cluster) as client,
-    ):
-        assert list(client.run(sigint_ignored).values()) == [True]
-        assert "dashboard" not in cluster.scheduler.services and cluster.dashboard_link == ""
-        assert client.scheduler_info()["services"] == {}
-        (first,) = client.run(os.getpid).values()
-        client.restart(timeout=90)  # a new worker process from the same nanny: same preload
-        (second,) = client.run(os.getpid).values()
-        assert second != first and list(client.run(sigint_ignored).values()) == [True]
-    assert dask.config.get(WORKER_PRELOAD_KEY) == before  # set only while the cluster runs
-    assert not sigint_ignored()  # this process still takes Ctrl-C
+    # Python's own Ctrl-C handler here, whatever the runner was started with (a shell starts
+    # background jobs with SIGINT ignored, and children would inherit that, preload or not).
+    original = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with (
+            local_cluster(n_workers=1, threads_per_worker=1, memory_limit="512MiB") as cluster,
+            Client(cluster) as client,
+        ):
+            assert list(client.run(sigint_ignored).values()) == [True]
+            assert "dashboard" not in cluster.scheduler.services and cluster.dashboard_link == ""
+            assert client.scheduler_info()["services"] == {}
+            (first,) = client.run(os.getpid).values()
+            client.restart(timeout=90)  # a new worker process from the same nanny: same preload
+            (second,) = client.run(os.getpid).values()
+            assert second != first and list(client.run(sigint_ignored).values()) == [True]
+        assert dask.config.get(WORKER_PRELOAD_KEY) == before  # set only while the cluster runs
+        # this process still takes Ctrl-C
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, original)
 
 
 def test_workers_in_this_process_leave_its_sigint_alone() -> None:
