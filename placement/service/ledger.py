@@ -45,7 +45,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from placement.service.errors import ServiceError
@@ -107,6 +107,11 @@ class WorkerShare:
     def _lapsed(self, now: float) -> int:
         # a reservation counts while now < its lapse time
         return bisect.bisect_right(self.reservations, now, key=lambda r: r[0])
+
+
+#: WorkerShare fields left out of :meth:`ClusterLedger.snapshot` (times, tokens and the
+#: reservation list behind ``reserved``).
+_UNSHOWN = frozenset({"granted_until", "reservations", "last_report", "incarnation"})
 
 
 def check_report_number(incarnation: Any, seq: Any) -> None:
@@ -277,13 +282,10 @@ class ClusterLedger:
         """Totals and per-worker shares, JSON-ready (bytes)."""
         workers = {}
         for name, s in self._shares.items():
-            row = asdict(s)
+            # field by field rather than asdict(), which would deep-copy every reservation
+            row = {f.name: getattr(s, f.name) for f in fields(s) if f.name not in _UNSHOWN}
             row["granted"] = s.live_grant(now)
             row["reserved"] = s.live_reserved(now)
-            row.pop("granted_until")
-            row.pop("reservations")
-            row.pop("last_report")
-            row.pop("incarnation")
             workers[name] = row
         return {
             "capacity_bytes": self.capacity,
