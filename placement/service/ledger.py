@@ -26,10 +26,13 @@ report may therefore carry the worker link's *incarnation* (a token drawn when t
 link starts) and a sequence number that grows by one per report. A report numbered at
 or below the last one applied from the same incarnation is *stale*: it changes nothing
 (:meth:`ClusterLedger.report` returns ``False``), so an old usage figure never replaces
-a newer one. A new incarnation (a restarted worker at the same address) starts afresh;
-tokens are not ordered, so a late report of the *earlier* incarnation is still applied,
-and the new incarnation's next report (one renewal later) sets the share right again.
-Reports without a number (older workers) are applied in arrival order, as before.
+a newer one. A new incarnation (a restarted worker at the same address) starts afresh,
+and the one it replaced is *retired*: tokens are random, not ordered, so the ledger
+remembers the incarnations it has seen replaced at each address (the last
+:data:`MAX_RETIRED` over all addresses), and a late report of a retired incarnation is
+stale too. An incarnation is retired when a report of another incarnation of its
+address is applied, or when its worker is removed. Reports without a number (older
+workers) are applied in arrival order, as before.
 
 Worked example (capacity 100, largest lease 30)::
 
@@ -49,6 +52,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from placement.service.errors import ServiceError
+
+#: Most retired worker incarnations remembered, over all addresses (a few hundred bytes
+#: each; a late report of an incarnation older than these is applied as a new one).
+MAX_RETIRED = 4096
 
 
 @dataclass
@@ -145,6 +152,8 @@ class ClusterLedger:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = _nbytes("capacity_bytes", capacity_bytes)
         self._shares: dict[str, WorkerShare] = {}
+        # (address, incarnation) replaced by a newer incarnation or removed, oldest first
+        self._retired: dict[tuple[str, str], None] = {}
 
     def _share(self, worker: str) -> WorkerShare:
         if not isinstance(worker, str) or not worker:
@@ -162,11 +171,26 @@ class ClusterLedger:
             return 0
         return share.seq
 
+    def is_retired(self, worker: str, incarnation: str | None) -> bool:
+        """Whether ``incarnation`` of ``worker`` was replaced by a newer one or removed."""
+        return incarnation is not None and (worker, incarnation) in self._retired
+
     def is_stale(self, worker: str, *, incarnation: str | None, seq: int | None) -> bool:
         """Whether report ``seq`` of ``incarnation`` was overtaken: a report of the same
-        incarnation numbered ``seq`` or later was applied. Unnumbered reports never are."""
+        incarnation numbered ``seq`` or later was applied, or the incarnation is retired.
+        Unnumbered reports never are."""
         check_report_number(incarnation, seq)
-        return seq is not None and seq <= self.applied_seq(worker, incarnation)
+        if seq is None:
+            return False
+        return seq <= self.applied_seq(worker, incarnation) or self.is_retired(worker, incarnation)
+
+    def _retire(self, worker: str, incarnation: str | None) -> None:
+        if incarnation is None:
+            return
+        self._retired.pop((worker, incarnation), None)
+        self._retired[(worker, incarnation)] = None
+        while len(self._retired) > MAX_RETIRED:
+            del self._retired[next(iter(self._retired))]
 
     def report(
         self,
@@ -188,6 +212,8 @@ class ClusterLedger:
             return False
         share = self._share(worker)
         if seq is not None:
+            if share.incarnation != incarnation:
+                self._retire(worker, share.incarnation)
             share.incarnation, share.seq = incarnation, seq
         share.used = used
         share.clear_reservations()
@@ -241,8 +267,12 @@ class ClusterLedger:
         return stale
 
     def remove(self, worker: str) -> WorkerShare | None:
-        """Forget ``worker`` (it left the cluster or died); returns what it held."""
-        return self._shares.pop(worker, None)
+        """Forget ``worker`` (it left the cluster or died), retiring the incarnation of its
+        last numbered report; returns what it held."""
+        share = self._shares.pop(worker, None)
+        if share is not None:
+            self._retire(worker, share.incarnation)
+        return share
 
     # ------------------------------------------------------------------ totals
     def used(self, now: float | None = None) -> int:

@@ -45,8 +45,9 @@ service and falls back to HDD); a report from a worker the scheduler has removed
 (:meth:`~PlacementService.remove_worker`) raises
 :class:`~placement.service.errors.WorkerRemoved`, so that it cannot recreate the
 worker's share; a numbered report overtaken by a later one of the same worker (one the
-worker gave up waiting for) raises :class:`~placement.service.errors.StaleReport` and
-changes nothing, and a prediction sent again after a failed renewal is counted once (see
+worker gave up waiting for), or one of an incarnation the worker's restart replaced,
+raises :class:`~placement.service.errors.StaleReport` and changes nothing, and a
+prediction sent again after a failed renewal is counted once (see
 :mod:`placement.service.ledger`); a worker that stops reporting is forgotten after
 :data:`STALE_LEASES` lease lives even if its removal was never seen; a model that cannot
 be loaded raises :class:`~placement.errors.ModelError` and the current model stays in
@@ -468,8 +469,8 @@ class PlacementService:
             If the report comes from a worker the scheduler removed (nothing is
             recorded then).
         StaleReport
-            If a later report of the same worker incarnation was applied already
-            (nothing is recorded then).
+            If a later report of the same worker incarnation was applied already, or the
+            incarnation was replaced by a newer one or removed (nothing is recorded then).
         """
         if not isinstance(worker, str) or not worker:
             raise ServiceError(f"worker={worker!r} must be the worker's address")
@@ -499,6 +500,12 @@ class PlacementService:
         now = self.clock()
         if not self.ledger.report(worker, used_bytes, now=now, incarnation=incarnation, seq=seq):
             self.stale_reports += 1
+            if self.ledger.is_retired(worker, incarnation):
+                raise StaleReport(
+                    f"report {seq} of worker {worker} comes from its incarnation "
+                    f"{incarnation}, which was replaced by a newer one (the worker restarted) "
+                    "or removed; it is ignored"
+                )
             raise StaleReport(
                 f"report {seq} of worker {worker} arrived after its report "
                 f"{self.ledger.applied_seq(worker, incarnation)}; it is ignored (the worker "

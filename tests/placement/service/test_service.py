@@ -32,6 +32,7 @@ from placement.service import (
     ServiceError,
     ServiceLink,
 )
+from placement.service import ledger as ledger_module
 from placement.service.errors import StaleReport, WorkerRemoved
 from placement.service.service import STALE_LEASES
 from placement.storage import FileRequest, FixedTier, TieredFileStore
@@ -236,17 +237,47 @@ def test_ledger_ignores_a_report_overtaken_by_a_later_one() -> None:
     assert ledger.applied_seq("unknown", "i1") == 0
 
 
-def test_a_late_report_of_an_earlier_incarnation_lasts_until_the_next_renewal() -> None:
-    """Incarnation tokens are not ordered: the old process's last report is applied, and the
-    restarted worker's next report replaces it."""
+def test_a_late_report_of_a_replaced_incarnation_is_stale() -> None:
+    """Tokens are not ordered, so the ledger remembers the incarnation a restart replaced:
+    the old process's last report, still on its way, changes nothing."""
     ledger = ClusterLedger(100)
     assert ledger.report("w", 50, now=1, incarnation="old", seq=7)
+    assert not ledger.is_retired("w", "old")
     assert ledger.report("w", 10, now=2, incarnation="new", seq=1)
-    assert ledger.report("w", 60, now=3, incarnation="old", seq=8)  # still on its way
-    assert ledger.used() == 60 and ledger.applied_seq("w", "new") == 0
+    assert ledger.is_retired("w", "old") and not ledger.is_retired("w", "new")
+    before = ledger.snapshot(3)
+    assert ledger.is_stale("w", incarnation="old", seq=8)
+    assert not ledger.report("w", 60, now=3, incarnation="old", seq=8)
+    assert ledger.snapshot(3) == before and ledger.used() == 10
+    assert ledger.applied_seq("w", "new") == 1
     assert ledger.report("w", 12, now=4, incarnation="new", seq=2)
-    assert ledger.used() == 12 and ledger.applied_seq("w", "new") == 2
-    assert not ledger.report("w", 60, now=5, incarnation="new", seq=2)
+    assert ledger.used() == 12
+    # retired at this address only; an unnumbered report retires nothing
+    assert ledger.report("v", 5, now=5, incarnation="old", seq=9)
+    assert ledger.report("w", 13, now=6) and not ledger.is_retired("w", "new")
+
+
+def test_a_removed_workers_incarnation_stays_retired_when_its_address_returns() -> None:
+    ledger = ClusterLedger(100)
+    assert ledger.report("w", 50, now=1, incarnation="old", seq=3)
+    assert ledger.remove("w").used == 50
+    assert ledger.is_retired("w", "old")
+    # the restarted worker at the same address reports first, then the old one's last
+    assert ledger.report("w", 10, now=2, incarnation="new", seq=1)
+    assert not ledger.report("w", 60, now=3, incarnation="old", seq=4)
+    assert ledger.used() == 10 and ledger.share("w").incarnation == "new"
+    assert ledger.remove("unknown") is None
+
+
+def test_retired_incarnations_are_bounded_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ledger_module, "MAX_RETIRED", 2)
+    ledger = ClusterLedger(100)
+    for i in range(4):  # incarnations 0, 1 and 2 are replaced in turn
+        assert ledger.report("w", i, now=i, incarnation=f"i{i}", seq=1)
+    assert [ledger.is_retired("w", f"i{i}") for i in range(4)] == [False, True, True, False]
+    # i0 was forgotten: a late report of it is taken for a new incarnation's
+    assert ledger.report("w", 40, now=5, incarnation="i0", seq=2)
+    assert ledger.is_retired("w", "i3") and not ledger.is_retired("w", "i1")
 
 
 @pytest.mark.parametrize(
@@ -493,6 +524,30 @@ def test_a_removed_worker_cannot_recreate_its_share() -> None:
     service.add_worker("b")  # a new worker at the same address is accepted
     assert service.sync(worker="b", used_bytes=MiB)["allowance"] > 0
     assert service.ledger.share("b").used == MiB
+
+
+def test_a_late_renewal_of_a_restarted_workers_old_process_is_refused() -> None:
+    clock = Clock()
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB), clock=clock)
+    service.sync(worker="w", used_bytes=40 * MiB, incarnation="old", seq=5)
+    service.remove_worker("w")
+    service.add_worker("w")  # restarted at the same address
+    service.sync(worker="w", used_bytes=MiB, incarnation="new", seq=1)
+    before = (service.state(), service.policy.threshold(0.9))
+    clock.now += 1
+    with pytest.raises(StaleReport, match="incarnation old, which was replaced by a newer one"):
+        service.sync(
+            worker="w",
+            used_bytes=70 * MiB,
+            incarnation="old",
+            seq=6,
+            observations=[[-1.0, 50 * MiB]] * 20,
+        )
+    state = service.state()
+    assert state["stale_reports"] == 1
+    state["stale_reports"] = 0
+    assert (state, service.policy.threshold(0.9)) == before
+    assert service.ledger.used() == MiB
 
 
 def test_a_worker_silent_for_a_few_lease_lives_loses_its_share(
