@@ -31,10 +31,12 @@ class WorkerRemoved(ServiceError):
 
 class StaleReport(ServiceError):
     """A lease renewal overtaken by a later report of the same worker (it numbers its
-    reports; see :mod:`placement.service.ledger`): nothing of it is recorded.
+    reports; see :mod:`placement.service.ledger`), or one of a removed worker's process
+    arriving after a new worker registered at its address: nothing of it is recorded.
 
-    Only a report its worker gave up waiting for can be overtaken, so no worker waits for
-    the answer; the scheduler plugin answers ``{"refused": reason}`` all the same.
+    Only a report its worker gave up waiting for can be overtaken, and a removed worker's
+    process is closing, so no worker waits for the answer; the scheduler plugin answers
+    ``{"refused": reason}`` all the same.
     """
 
 

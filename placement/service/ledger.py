@@ -26,13 +26,17 @@ report may therefore carry the worker link's *incarnation* (a token drawn when t
 link starts) and a sequence number that grows by one per report. A report numbered at
 or below the last one applied from the same incarnation is *stale*: it changes nothing
 (:meth:`ClusterLedger.report` returns ``False``), so an old usage figure never replaces
-a newer one. A new incarnation (a restarted worker at the same address) starts afresh,
-and the one it replaced is *retired*: tokens are random, not ordered, so the ledger
-remembers the incarnations it has seen replaced at each address (the last
-:data:`MAX_RETIRED` over all addresses), and a late report of a retired incarnation is
-stale too. An incarnation is retired when a report of another incarnation of its
-address is applied, or when its worker is removed. Reports without a number (older
-workers) are applied in arrival order, as before.
+a newer one. A new incarnation (a restarted worker at the same address) starts afresh.
+Tokens are random, not ordered, so the ledger cannot tell an older incarnation from a
+newer one by its token; it *retires* the incarnation of a worker's last applied report
+when the worker is removed (:meth:`ClusterLedger.remove`: it left the cluster or died,
+which the scheduler sees before a new worker can register at the same address), and a
+late report of a retired incarnation is stale too. The last :data:`MAX_RETIRED` retired
+incarnations over all addresses are remembered. A report of another incarnation that
+is not retired is applied, in arrival order: an incarnation is never retired by
+another's report, since a late report of an old process would then lock the live one
+out for good. Reports without a number (older workers) are applied in arrival order,
+as before.
 
 Worked example (capacity 100, largest lease 30)::
 
@@ -172,7 +176,8 @@ class ClusterLedger:
         return share.seq
 
     def is_retired(self, worker: str, incarnation: str | None) -> bool:
-        """Whether ``incarnation`` of ``worker`` was replaced by a newer one or removed."""
+        """Whether ``incarnation`` of ``worker`` was retired: the worker was removed after
+        a report of it was applied."""
         return incarnation is not None and (worker, incarnation) in self._retired
 
     def is_stale(self, worker: str, *, incarnation: str | None, seq: int | None) -> bool:
@@ -212,8 +217,6 @@ class ClusterLedger:
             return False
         share = self._share(worker)
         if seq is not None:
-            if share.incarnation != incarnation:
-                self._retire(worker, share.incarnation)
             share.incarnation, share.seq = incarnation, seq
         share.used = used
         share.clear_reservations()

@@ -45,9 +45,10 @@ service and falls back to HDD); a report from a worker the scheduler has removed
 (:meth:`~PlacementService.remove_worker`) raises
 :class:`~placement.service.errors.WorkerRemoved`, so that it cannot recreate the
 worker's share; a numbered report overtaken by a later one of the same worker (one the
-worker gave up waiting for), or one of an incarnation the worker's restart replaced,
-raises :class:`~placement.service.errors.StaleReport` and changes nothing, and a
-prediction sent again after a failed renewal is counted once (see
+worker gave up waiting for), or one of a removed worker's process that arrives after a
+new worker registered at its address, raises
+:class:`~placement.service.errors.StaleReport` and changes nothing, and a prediction
+sent again after a failed renewal is counted once (see
 :mod:`placement.service.ledger`); a worker that stops reporting is forgotten after
 :data:`STALE_LEASES` lease lives even if its removal was never seen; a model that cannot
 be loaded raises :class:`~placement.errors.ModelError` and the current model stays in
@@ -470,7 +471,7 @@ class PlacementService:
             recorded then).
         StaleReport
             If a later report of the same worker incarnation was applied already, or the
-            incarnation was replaced by a newer one or removed (nothing is recorded then).
+            incarnation is that of a removed worker (nothing is recorded then).
         """
         if not isinstance(worker, str) or not worker:
             raise ServiceError(f"worker={worker!r} must be the worker's address")
@@ -503,8 +504,8 @@ class PlacementService:
             if self.ledger.is_retired(worker, incarnation):
                 raise StaleReport(
                     f"report {seq} of worker {worker} comes from its incarnation "
-                    f"{incarnation}, which was replaced by a newer one (the worker restarted) "
-                    "or removed; it is ignored"
+                    f"{incarnation}, which the scheduler removed (the worker left or "
+                    "restarted); it is ignored"
                 )
             raise StaleReport(
                 f"report {seq} of worker {worker} arrived after its report "
