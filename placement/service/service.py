@@ -44,7 +44,9 @@ What happens on failure: a malformed report raises
 service and falls back to HDD); a report from a worker the scheduler has removed
 (:meth:`~PlacementService.remove_worker`) raises
 :class:`~placement.service.errors.WorkerRemoved`, so that it cannot recreate the
-worker's share; a numbered report overtaken by a later one of the same worker (one the
+worker's share (a numbered report of another incarnation than the removed worker's last
+is a new worker at the same address, which may renew before the scheduler has seen it
+register, and is served); a numbered report overtaken by a later one of the same worker (one the
 worker gave up waiting for), or one of a removed worker's process that arrives after a
 new worker registered at its address, raises
 :class:`~placement.service.errors.StaleReport` and changes nothing, and a prediction
@@ -467,8 +469,8 @@ class PlacementService:
         ServiceError
             If the report is malformed (nothing is recorded then).
         WorkerRemoved
-            If the report comes from a worker the scheduler removed (nothing is
-            recorded then).
+            If the report comes from a worker the scheduler removed: an unnumbered one,
+            or one of the incarnation the removal retired (nothing is recorded then).
         StaleReport
             If a later report of the same worker incarnation was applied already, or the
             incarnation is that of a removed worker (nothing is recorded then).
@@ -492,6 +494,12 @@ class PlacementService:
             isinstance(bad_model_version, bool) or not isinstance(bad_model_version, int)
         ):
             raise ServiceError(f"bad_model_version={bad_model_version!r} must be None or an int")
+        if worker in self._removed:
+            if incarnation is not None and not self.ledger.is_retired(worker, incarnation):
+                # a process the removal did not retire: a new worker at the address (a
+                # nanny's restart at a fixed port), whose first renewal overtook its
+                # registration with the scheduler
+                self._removed.pop(worker)
         if worker in self._removed:
             raise WorkerRemoved(
                 f"worker {worker} was removed from the cluster; its lease renewal is refused "
@@ -650,8 +658,10 @@ class PlacementService:
         self._removed.pop(worker, None)
 
     def remove_worker(self, worker: str) -> None:
-        """``worker`` left the cluster (or died): drop its share of the ledger and refuse
-        its later renewals (one may still be on its way) until it is added again."""
+        """``worker`` left the cluster (or died): drop its share of the ledger, retire the
+        incarnation of its last numbered report, and refuse its later renewals (one may
+        still be on its way) until it is added again or a new process at its address
+        renews (see :meth:`sync`)."""
         self._removed.pop(worker, None)
         self._removed[worker] = None
         while len(self._removed) > MAX_REMOVED:

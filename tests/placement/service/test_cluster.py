@@ -10,10 +10,11 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,11 @@ from placement.errors import ModelError
 from placement.logwriter import read_logs
 from placement.service import reload_model, service_state, worker_service_state
 from placement.service.demo import PipelineSpec, run_pipeline, settle
+from placement.service.errors import StaleReport
 from placement.service.local import ServeOptions, service_cluster
+from placement.service.scheduler_plugin import PLUGIN_NAME as SCHEDULER_PLUGIN
 from placement.service.service import STALE_LEASES
+from placement.service.worker_plugin import worker_link
 from placement.storage import worker_storage_state
 from placement.workloads import worker_addresses
 from tests.placement.conftest import MEMORY_LIMIT, TIGHT_MEMORY
@@ -664,12 +668,13 @@ def _stop(proc: subprocess.Popen | None, *, group: bool = False) -> None:
 
 @contextlib.contextmanager
 def preload_cluster(
-    tmp_path: Path, env: dict[str, str], **worker_popen: Any
+    tmp_path: Path, env: dict[str, str], *, worker_args: Sequence[str] = (), **worker_popen: Any
 ) -> Iterator[tuple[Path, subprocess.Popen]]:
     """``dask scheduler`` and one ``dask worker``, both ``--preload placement.dask``, in
     ``tmp_path`` with the placement directories there and a 16 MiB SSD budget (``env`` adds
     to or overrides the environment); yields the scheduler file and the worker process.
-    ``worker_popen`` goes to the worker's ``subprocess.Popen``."""
+    ``worker_args`` are more ``dask worker`` options; ``worker_popen`` goes to the worker's
+    ``subprocess.Popen``."""
     bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,
@@ -693,7 +698,7 @@ def preload_cluster(
         worker = subprocess.Popen(
             [str(bin_dir / "dask"), "worker", "--scheduler-file", str(scheduler_file),
              "--nthreads", "1", "--memory-limit", MEMORY_LIMIT, "--no-dashboard",
-             "--local-directory", str(tmp_path / "dask"), *common],
+             "--local-directory", str(tmp_path / "dask"), *common, *worker_args],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **worker_popen,
         )  # fmt: skip
         yield scheduler_file, worker
@@ -724,6 +729,64 @@ def test_dask_scheduler_and_worker_commands_with_the_preload(tmp_path: Path) -> 
     assert ledger["capacity_bytes"] == 16 * MiB and len(ledger["workers"]) == 1
     rows = run_rows(tmp_path / "logs", result.run_id)
     assert set(rows["file_kind"]) >= {"shuffle"} and len(rows) > 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_worker_restarted_at_its_address_retires_its_old_process(tmp_path: Path) -> None:
+    """A nanny restarts its worker at the same fixed port: the scheduler removes the old
+    worker before the new one registers, so the old process's link is retired, a late
+    renewal of it is refused, and the new process's renewals are served."""
+    from distributed import Client
+
+    def ledger_call(method: str, *args: Any, dask_scheduler: Any) -> Any:
+        ledger = dask_scheduler.plugins[SCHEDULER_PLUGIN].service.ledger
+        return getattr(ledger, method)(*args)
+
+    def incarnation(dask_worker: Any) -> str:
+        return worker_link(dask_worker).incarnation
+
+    def late_renewal(worker: str, old: str, *, dask_scheduler: Any) -> str:
+        try:
+            dask_scheduler.plugins[SCHEDULER_PLUGIN].service.sync(
+                worker=worker, used_bytes=15 * MiB, incarnation=old, seq=10**6
+            )
+        except StaleReport as exc:
+            return str(exc)
+        return "applied"
+
+    port = free_port()
+    with (
+        preload_cluster(
+            tmp_path, {}, worker_args=["--host", "127.0.0.1", "--worker-port", str(port)],
+        ) as (scheduler_file, _),
+        Client(scheduler_file=str(scheduler_file), timeout=60) as client,
+    ):  # fmt: skip
+        client.wait_for_workers(1, timeout=60)
+        ((address, old),) = client.run(incarnation).items()
+        assert address == f"tcp://127.0.0.1:{port}"
+        wait_until(
+            lambda: client.run_on_scheduler(ledger_call, "applied_seq", address, old) > 0,
+            timeout=30, what="the first renewal",
+        )  # fmt: skip
+        client.restart(timeout=120)
+        ((again, new),) = client.run(incarnation).items()
+        assert again == address and new != old
+        assert client.run_on_scheduler(ledger_call, "is_retired", address, old)
+        wait_until(
+            lambda: client.run_on_scheduler(ledger_call, "applied_seq", address, new) > 0,
+            timeout=30, what="the restarted worker's renewal",
+        )  # fmt: skip
+        refused = client.run_on_scheduler(late_renewal, address, old)
+        assert "which the scheduler removed" in refused
+        (state,) = client.run(worker_service_state).values()
+        ledger = service_state(client)["ledger"]
+    assert state["syncs"] > 0 and state["failures"] == 0, state["last_error"]
+    assert ledger["workers"][address]["used"] < 15 * MiB
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -549,6 +549,28 @@ def test_a_late_renewal_of_a_restarted_workers_old_process_is_refused() -> None:
     assert service.ledger.used() == MiB
 
 
+def test_a_new_process_at_a_removed_address_is_served_before_its_registration() -> None:
+    """A nanny restarting its worker at a fixed port: the new process's first renewal can
+    reach the scheduler before its registration does. Its incarnation is not the one the
+    removal retired, so it is served; the old process's renewal is still refused."""
+    service = PlacementService(ServiceConfig(ssd_capacity_bytes=100 * MiB), clock=Clock())
+    service.sync(worker="w", used_bytes=40 * MiB, incarnation="old", seq=5)
+    service.remove_worker("w")
+    with pytest.raises(WorkerRemoved, match="w was removed"):
+        service.sync(worker="w", used_bytes=40 * MiB, incarnation="old", seq=6)
+    with pytest.raises(WorkerRemoved, match="w was removed"):
+        service.sync(worker="w", used_bytes=40 * MiB)  # unnumbered: cannot be told apart
+    assert "w" not in service.ledger
+    assert service.sync(worker="w", used_bytes=MiB, incarnation="new", seq=1)["allowance"] > 0
+    assert service.ledger.share("w").used == MiB
+    service.add_worker("w")  # its registration, seen after
+    assert service.sync(worker="w", used_bytes=2 * MiB, incarnation="new", seq=2)["used"] == (
+        2 * MiB
+    )
+    with pytest.raises(StaleReport, match="which the scheduler removed"):
+        service.sync(worker="w", used_bytes=40 * MiB, incarnation="old", seq=7)
+
+
 def test_a_worker_silent_for_a_few_lease_lives_loses_its_share(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
