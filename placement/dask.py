@@ -75,7 +75,7 @@ async def dask_setup(server: Any) -> None:
 
         plugin = ServiceWorkerPlugin()
         pending = getattr(server, "_pending_plugins", None)
-        if isinstance(pending, (tuple, list)):
+        if isinstance(pending, (tuple, list, set, frozenset)):
             # The plugins given to Worker(plugins=...) are set up after the preloads and
             # before the worker registers with the scheduler, and a failure there fails
             # Worker.start (distributed 2026.8): the worker closes without joining the

@@ -17,11 +17,11 @@ empty or instantly-deleted files have a finite density.
 
 Models and history work on ``log10(io_density)``. A file never read or written has density
 0, whose log is ``-inf``: one such file would make every mean over its stage infinite (and
-a model trained on those means learns nothing). Its log density is therefore floored at
-``LOG_DENSITY_FLOOR = -20`` (one operation on a 1 TiB file over three years is about
-``1e-20``), below any file with I/O, so it ranks last without breaking the sums
-(:func:`log_io_density`). Costs use the operations themselves, so a floored file still
-costs nothing on either tier.
+a model trained on those means learns nothing). Log densities are therefore floored at
+``LOG_DENSITY_FLOOR = -20`` (:func:`log_io_density`), so a file without I/O ranks last
+without breaking the sums. A file with I/O reaches the floor only beyond about one
+operation on a 1 TiB file over three years (``1e-20``), and then ties with it. Costs use
+the operations themselves, so a floored file still costs nothing on either tier.
 
 The schema is versioned (``SCHEMA_VERSION``, stored in the Parquet metadata under
 ``dataplane.placement.schema_version``); readers refuse tables of a newer version and
@@ -175,7 +175,9 @@ def _declared_version(value: bytes | None) -> int | None:
 def conform(table: pa.Table) -> pa.Table:
     """Check ``table`` against :data:`SCHEMA` and cast it to the schema's types.
 
-    Missing nullable columns are added as nulls; extra columns are dropped.
+    Missing nullable columns are added as nulls; extra columns are dropped. Nulls in a
+    required column are kept: readers count and drop such rows
+    (:func:`placement.features.clean_table`), so a partly bad log is reported, not refused.
 
     Raises
     ------

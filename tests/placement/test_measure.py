@@ -47,6 +47,12 @@ def test_measures_every_figure(fitted: tuple[DensityModel, pd.DataFrame, History
         (subprocess.TimeoutExpired("python", 120), "TimeoutExpired"),
         (subprocess.CompletedProcess([], 1, "", "Traceback\nImportError: psutil"), "exited with 1"),
         (subprocess.CompletedProcess([], 0, "oops\n", ""), "printed 'oops'"),
+        (  # the error is the last line of a traceback
+            subprocess.CompletedProcess([], 3, "", "Traceback\nImportError: no psutil\n"),
+            "the probe process exited with 3: ImportError: no psutil",
+        ),
+        (subprocess.CompletedProcess([], 2, "", ""), "the probe process exited with 2: no output"),
+        (FileNotFoundError(2, "No such file or directory", "python"), "FileNotFoundError: "),
     ],
 )
 def test_a_failed_memory_probe_is_reported_not_zero(
@@ -71,3 +77,11 @@ def test_a_failed_memory_probe_is_reported_not_zero(
     assert "predictor memory not measured" in caplog.text and reason in caplog.text
     # the other figures are still measured
     assert d["single_us_p50"] > 0 and d["model_file_bytes"] > 0
+
+
+def test_a_log_shorter_than_the_sample_times_each_of_its_files_once(
+    fitted: tuple[DensityModel, pd.DataFrame, HistoryStore],
+) -> None:
+    model, df, history = fitted
+    d = measure_decisions(model, df.head(4), history, single=10, batch_rows=100)
+    assert d["single_samples"] == 4 and d["batched_rows"] == 100
