@@ -109,7 +109,7 @@ def name_for_key(key: object, serial: int, *, max_len: int = 120) -> str:
     Every character other than letters, digits and ``_.,=+-`` becomes ``_`` (so ``/``
     cannot survive), leading dots are stripped (so ``..`` cannot either), the text is
     truncated to ``max_len`` characters and suffixed with ``serial`` to stay unique.
-    Example: ``('getitem-ab12', 3)`` with serial 7 gives ``__getitem-ab12__,_3_~7``.
+    Example: ``('getitem-ab12', 3)`` with serial 7 gives ``__getitem-ab12_,_3_~7``.
     """
     text = _UNSAFE.sub("_", str(key))[:max_len].lstrip(".") or "key"
     return f"{text}~{serial}"
