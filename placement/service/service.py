@@ -46,9 +46,11 @@ service and falls back to HDD); a report from a worker the scheduler has removed
 :class:`~placement.service.errors.WorkerRemoved`, so that it cannot recreate the
 worker's share (a numbered report of another incarnation than the removed worker's last
 is a new worker at the same address, which may renew before the scheduler has seen it
-register, and is served); a numbered report overtaken by a later one of the same worker (one the
-worker gave up waiting for), or one of a removed worker's process that arrives after a
-new worker registered at its address, raises
+register, and is served; so is a late one of the removed worker itself if its share had
+been forgotten as silent before the removal, whose incarnation was then not retired: its
+share lasts until silent shares expire); a numbered report overtaken by a later one of
+the same worker (one the worker gave up waiting for), or one of a removed worker's
+process that arrives after a new worker registered at its address, raises
 :class:`~placement.service.errors.StaleReport` and changes nothing, and a prediction
 sent again after a failed renewal is counted once (see
 :mod:`placement.service.ledger`); a worker that stops reporting is forgotten after
