@@ -53,13 +53,24 @@ import bisect
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from placement.service.errors import ServiceError
 
-#: Most retired worker incarnations remembered, over all addresses (a few hundred bytes
-#: each; a late report of an incarnation older than these is applied as a new one).
+#: Most retired worker incarnations remembered, over all addresses (an address and a
+#: token each; a late report of an incarnation older than these is applied as a new one).
 MAX_RETIRED = 4096
+
+K = TypeVar("K")
+
+
+def remember(memory: dict[K, None], key: K, limit: int) -> None:
+    """Add ``key`` to ``memory`` as its newest entry (a dict kept in insertion order),
+    forgetting the oldest entries beyond ``limit``."""
+    memory.pop(key, None)
+    memory[key] = None
+    while len(memory) > limit:
+        del memory[next(iter(memory))]
 
 
 @dataclass
@@ -156,7 +167,7 @@ class ClusterLedger:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = _nbytes("capacity_bytes", capacity_bytes)
         self._shares: dict[str, WorkerShare] = {}
-        # (address, incarnation) replaced by a newer incarnation or removed, oldest first
+        # (address, incarnation) of removed workers' last numbered reports, oldest first
         self._retired: dict[tuple[str, str], None] = {}
 
     def _share(self, worker: str) -> WorkerShare:
@@ -188,14 +199,6 @@ class ClusterLedger:
         if seq is None:
             return False
         return seq <= self.applied_seq(worker, incarnation) or self.is_retired(worker, incarnation)
-
-    def _retire(self, worker: str, incarnation: str | None) -> None:
-        if incarnation is None:
-            return
-        self._retired.pop((worker, incarnation), None)
-        self._retired[(worker, incarnation)] = None
-        while len(self._retired) > MAX_RETIRED:
-            del self._retired[next(iter(self._retired))]
 
     def report(
         self,
@@ -273,8 +276,8 @@ class ClusterLedger:
         """Forget ``worker`` (it left the cluster or died), retiring the incarnation of its
         last numbered report; returns what it held."""
         share = self._shares.pop(worker, None)
-        if share is not None:
-            self._retire(worker, share.incarnation)
+        if share is not None and share.incarnation is not None:
+            remember(self._retired, (worker, share.incarnation), MAX_RETIRED)
         return share
 
     # ------------------------------------------------------------------ totals

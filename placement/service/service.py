@@ -78,7 +78,7 @@ from placement.model import ModelSet
 from placement.policy import AdaptiveThresholdPolicy, OccupancyBasis
 from placement.service.config import ServiceConfig
 from placement.service.errors import ServiceError, StaleReport, WorkerRemoved
-from placement.service.ledger import ClusterLedger, check_report_number
+from placement.service.ledger import ClusterLedger, check_report_number, remember
 from placement.service.predictor import Predictor
 from placement.storage.errors import UnsafePathError
 from placement.storage.paths import check_name
@@ -497,17 +497,15 @@ class PlacementService:
         ):
             raise ServiceError(f"bad_model_version={bad_model_version!r} must be None or an int")
         if worker in self._removed:
-            if incarnation is not None and not self.ledger.is_retired(worker, incarnation):
-                # a process the removal did not retire: a new worker at the address (a
-                # nanny's restart at a fixed port), whose first renewal overtook its
-                # registration with the scheduler
-                self._removed.pop(worker)
-        if worker in self._removed:
-            raise WorkerRemoved(
-                f"worker {worker} was removed from the cluster; its lease renewal is refused "
-                "and its SSD share stays released. Restart the worker so that it registers "
-                "with the scheduler again"
-            )
+            if incarnation is None or self.ledger.is_retired(worker, incarnation):
+                raise WorkerRemoved(
+                    f"worker {worker} was removed from the cluster; its lease renewal is "
+                    "refused and its SSD share stays released. Restart the worker so that it "
+                    "registers with the scheduler again"
+                )
+            # a process the removal did not retire: a new worker at the address (a nanny's
+            # restart at a fixed port), whose first renewal overtook its registration
+            del self._removed[worker]
         now = self.clock()
         if not self.ledger.report(worker, used_bytes, now=now, incarnation=incarnation, seq=seq):
             self.stale_reports += 1
@@ -664,10 +662,7 @@ class PlacementService:
         incarnation of its last numbered report, and refuse its later renewals (one may
         still be on its way) until it is added again or a new process at its address
         renews (see :meth:`sync`)."""
-        self._removed.pop(worker, None)
-        self._removed[worker] = None
-        while len(self._removed) > MAX_REMOVED:
-            del self._removed[next(iter(self._removed))]
+        remember(self._removed, worker, MAX_REMOVED)
         share = self.ledger.remove(worker)
         if self.records.pop(worker, None) is not None or share is not None:
             self.departed += 1

@@ -16,7 +16,7 @@ import pytest
 from distributed import Client, Scheduler
 
 from placement.errors import ModelError
-from placement.model import ModelParams, ModelSet
+from placement.model import ModelSet
 from placement.service import (
     PlacementSchedulerPlugin,
     PlacementService,
@@ -27,7 +27,6 @@ from placement.service import (
     service_state,
 )
 from placement.service.scheduler_plugin import HANDLERS
-from tests.placement.logtables import make_log
 
 MiB = 2**20
 
@@ -51,14 +50,6 @@ def on_a_scheduler(
             return await check(s, client)
 
     return asyncio.run(main())
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    models = ModelSet.fit(
-        make_log(seed=3), per_workload=False, params=ModelParams(n_estimators=5, num_threads=1)
-    )
-    return models.save(tmp_path_factory.mktemp("model") / "m")
 
 
 def test_a_scheduler_serves_every_op_over_its_comms_until_it_closes(model_dir: Path) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from placement.errors import ModelError
 from placement.features import HistoryStore, features_from_request
-from placement.model import ModelParams, ModelSet
+from placement.model import ModelSet
 from placement.service import (
     ClusterLedger,
     LeasedChooser,
@@ -60,15 +60,6 @@ def request(size: int | None = MiB, kind: str = "spill", pipeline: str = "pipe0"
         stage="shuffle-p2p",
         expected_size_bytes=size,
     )
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    table = make_log(seed=3)
-    models = ModelSet.fit(
-        table, per_workload=False, params=ModelParams(n_estimators=20, num_threads=1)
-    )
-    return models.save(tmp_path_factory.mktemp("model") / "m")
 
 
 # ---------------------------------------------------------------------- configuration
