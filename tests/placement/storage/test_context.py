@@ -184,6 +184,38 @@ def test_the_reuse_distance_counts_from_the_earliest_running_task() -> None:
     assert on_a_worker(check) == (30 - 10, 1)
 
 
+def test_with_nothing_running_the_distance_counts_from_the_start_of_the_graph() -> None:
+    def check(worker: Worker) -> tuple[int | None, int | None]:
+        key = add_task(worker, "x-1", 5, "memory")
+        key.dependents = {add_task(worker, "y-1", 12, "ready")}
+        return reuse_on(worker, "x-1")
+
+    assert on_a_worker(check) == (12, 1)
+
+
+def test_a_key_the_worker_does_not_hold_or_no_worker_bound_gives_no_reuse_facts() -> None:
+    assert RequestBuilder().reuse_of("x-1") == (None, None)
+    assert on_a_worker(lambda worker: reuse_on(worker, "unknown-key")) == (None, None)
+
+
+def test_a_spill_request_carries_the_keys_position_stage_and_next_reader() -> None:
+    def check(worker: Worker) -> list[dict[str, Any]]:
+        key = add_task(worker, "x-1", 5, "memory")
+        key.dependents = {add_task(worker, "y-0", 7, "memory"), add_task(worker, "y-2", 12)}
+        worker.state.executing.add(add_task(worker, "z-0", 10, "executing"))
+        builder = RequestBuilder()
+        builder.bind_worker(worker)
+        read_soon = builder.spill("x-1", 1000).to_row()
+        key.dependents = set()
+        return [read_soon, builder.spill("x-1", 1000).to_row()]
+
+    read_soon, unread = on_a_worker(check)
+    assert (read_soon["priority"], read_soon["stage"]) == (5, "x")
+    assert (read_soon["reuse_distance"], read_soon["n_dependents"]) == (12 - 10, 1)
+    assert read_soon["expected_size_bytes"] == 1000
+    assert (unread["reuse_distance"], unread["n_dependents"]) == (None, 0)
+
+
 def test_a_reader_not_yet_ordered_counts_but_gives_no_distance() -> None:
     def check(worker: Worker) -> list[tuple[int | None, int | None]]:
         key = add_task(worker, "x-1", 5, "memory")

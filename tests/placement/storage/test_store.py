@@ -125,51 +125,6 @@ def test_numpy_counts_are_facts_like_any_other(store: TieredFileStore, sink: Lis
         set_run_context(None)
 
 
-def _task(key: str, position: int, state: str):
-    from distributed.worker_state_machine import TaskState
-
-    ts = TaskState(key)
-    ts.priority, ts.state = (0, 1, position), state
-    return ts
-
-
-class _Worker:
-    """What the request builder reads of a ``distributed.Worker``: address and state."""
-
-    def __init__(self, state) -> None:
-        self.address, self.state = "tcp://w:1", state
-
-
-def test_spill_facts_forecast_the_next_reader_from_the_worker_state() -> None:
-    from distributed.worker_state_machine import WorkerState
-
-    state = WorkerState(threads={}, data={})
-    key = _task("x-1", 5, "memory")
-    done = _task("y-0", 7, "memory")  # ran already: reads nothing more
-    later = _task("y-1", 40, "waiting")
-    soon = _task("y-2", 12, "ready")
-    running = _task("z-0", 10, "executing")
-    key.dependents = {done, later, soon}
-    for ts in (key, done, later, soon, running):
-        state.tasks[ts.key] = ts
-    state.executing.add(running)
-    builder = RequestBuilder()
-    assert builder.reuse_of("x-1") == (None, None)  # no worker bound
-    worker = _Worker(state)
-    builder.bind_worker(worker)
-
-    req = builder.spill("x-1", 1000)
-    assert (req.reuse_distance, req.n_dependents) == (12 - 10, 2)
-    assert req.priority == 5 and req.stage == "x"
-    state.executing.clear()  # nothing runs: distance from position 0
-    assert builder.reuse_of("x-1") == (12, 2)
-    key.dependents = {done}
-    assert builder.reuse_of("x-1") == (None, 0)
-    assert builder.reuse_of("unknown-key") == (None, None)
-    row = builder.spill("x-1", 1000).to_row()
-    assert row["n_dependents"] == 0 and row["reuse_distance"] is None
-
-
 def test_choosers_validate_and_choose() -> None:
     with pytest.raises(ValueError, match="tier='nvme'"):
         FixedTier("nvme")  # type: ignore[arg-type]
