@@ -9,17 +9,18 @@ import stat
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from distributed import Worker
 
 import placement.logwriter as logwriter_module
 from placement.logwriter import FlushMode, LogWriteError, LogWriter, log_files, read_logs
 from placement.schema import SCHEMA, SCHEMA_VERSION, SCHEMA_VERSION_KEY
 from placement.storage import FileRequest, TieredFileStore
 from placement.storage.worker import StorageOptions, WorkerStorage
+from tests.placement.inprocess import started_worker
 from tests.placement.logtables import merge_by_hand
 from tests.placement.waiting import wait_until
 
@@ -75,43 +76,31 @@ def test_flushes_on_time(tmp_path: Path) -> None:
     assert writer.pending == 0 and writer.rows_written == 2
 
 
-class FakeWorker(SimpleNamespace):
-    """The worker attributes the storage reads (weak-referenceable, as a Worker is)."""
-
-    __slots__ = ("__weakref__",)
-
-    @classmethod
-    def bare(cls, local_directory: Path) -> FakeWorker:
-        """A worker without a memory limit or spill buffer, its local directory given."""
-        return cls(
-            data={},
-            memory_manager=SimpleNamespace(memory_limit=None),
-            local_directory=str(local_directory),
-            address="tcp://127.0.0.1:1",
-            periodic_callbacks={},
-        )
-
-
 def test_a_workers_periodic_flush_writes_every_buffered_row(tmp_path: Path) -> None:
     """The worker's flush callback writes whatever is buffered at each of its calls, every
     ``flush_interval_s`` seconds, not only when the writer's own 30 s have passed: a
     worker killed by SIGKILL loses the rows of one flush period at most."""
-    worker = FakeWorker.bare(tmp_path / "local")
     options = StorageOptions(log_dir=str(tmp_path / "logs"), route_p2p=False)
-    storage = WorkerStorage.attach(worker, options)
-    try:
-        assert storage.writer is not None and storage.writer.max_interval_s == 30
-        flush_callback = worker.periodic_callbacks["placement-log-flush"]
-        assert flush_callback.callback_time == 5000, "every 5 s by default"
-        store = storage.store
-        store.delete(store.create("a", FileRequest(file_kind="spill", created_at=time.time())))
-        assert storage.state()["rows_pending"] == 1
-        asyncio.run(flush_callback.callback())
-        assert storage.state()["rows_pending"] == 0 and len(storage.writer.files) == 1
-        asyncio.run(flush_callback.callback())
-        assert len(storage.writer.files) == 1, "no file without rows"
-    finally:
-        storage.close()
+
+    async def main() -> None:
+        async with started_worker(local_directory=str(tmp_path / "local")) as worker:
+            storage = WorkerStorage.attach(worker, options)
+            try:
+                assert storage.writer is not None and storage.writer.max_interval_s == 30
+                flush_callback = worker.periodic_callbacks["placement-log-flush"]
+                assert flush_callback.callback_time == 5000, "every 5 s by default"
+                store = storage.store
+                request = FileRequest(file_kind="spill", created_at=time.time())
+                store.delete(store.create("a", request))
+                assert storage.state()["rows_pending"] == 1
+                await flush_callback.callback()
+                assert storage.state()["rows_pending"] == 0 and len(storage.writer.files) == 1
+                await flush_callback.callback()
+                assert len(storage.writer.files) == 1, "no file without rows"
+            finally:
+                storage.close()
+
+    asyncio.run(main())
     assert read_logs(tmp_path / "logs").table.num_rows == 1
 
 
@@ -121,9 +110,7 @@ def test_a_workers_periodic_flush_leaves_the_event_loop_free_while_the_disk_sync
     """A flush fsyncs its file; on a busy disk that can outlast a lease renewal's deadline,
     so the worker's flush callback runs it in a thread: the event loop (lease renewals,
     heartbeats) keeps running while the sync waits."""
-    worker = FakeWorker.bare(tmp_path / "local")
     options = StorageOptions(log_dir=str(tmp_path / "logs"), route_p2p=False)
-    storage = WorkerStorage.attach(worker, options)
     disk_free = threading.Event()
     real_fsync = os.fsync
 
@@ -132,24 +119,30 @@ def test_a_workers_periodic_flush_leaves_the_event_loop_free_while_the_disk_sync
         real_fsync(fd)
 
     async def main() -> None:
-        flush = asyncio.ensure_future(worker.periodic_callbacks["placement-log-flush"].callback())
-        for _ in range(3):  # the loop runs on while the flush waits for the disk
-            await asyncio.sleep(0)
-        assert not flush.done()
-        disk_free.set()
-        await asyncio.wait_for(flush, 30)
+        async with started_worker(local_directory=str(tmp_path / "local")) as worker:
+            storage = WorkerStorage.attach(worker, options)
+            try:
+                # the flushes that rows make due are off the loop too (tested with a spill
+                # buffer below)
+                assert storage.writer is not None
+                assert storage.writer.flush_mode is FlushMode.BACKGROUND
+                store = storage.store
+                request = FileRequest(file_kind="spill", created_at=time.time())
+                store.delete(store.create("a", request))
+                monkeypatch.setattr(logwriter_module.os, "fsync", slow_fsync)
+                callback = worker.periodic_callbacks["placement-log-flush"].callback
+                flush = asyncio.ensure_future(callback())
+                for _ in range(3):  # the loop runs on while the flush waits for the disk
+                    await asyncio.sleep(0)
+                assert not flush.done()
+                disk_free.set()
+                await asyncio.wait_for(flush, 30)
+                monkeypatch.undo()
+                assert storage.state()["rows_pending"] == 0 and len(storage.writer.files) == 1
+            finally:
+                storage.close()
 
-    # the flushes that rows make due are off the loop too (tested with a spill buffer below)
-    assert storage.writer is not None and storage.writer.flush_mode is FlushMode.BACKGROUND
-    try:
-        store = storage.store
-        store.delete(store.create("a", FileRequest(file_kind="spill", created_at=time.time())))
-        monkeypatch.setattr(logwriter_module.os, "fsync", slow_fsync)
-        asyncio.run(main())
-        monkeypatch.undo()
-        assert storage.state()["rows_pending"] == 0 and len(storage.writer.files) == 1
-    finally:
-        storage.close()
+    asyncio.run(main())
     assert read_logs(tmp_path / "logs").table.num_rows == 1
 
 
@@ -292,16 +285,7 @@ def test_a_writers_flush_mode_is_validated(tmp_path: Path) -> None:
 def test_a_worker_without_tier_or_log_directories_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    worker = FakeWorker.bare(tmp_path / "local")
-    options = StorageOptions(route_p2p=False, save_on_signal=False)
-    with caplog.at_level(logging.WARNING, logger="placement.storage.worker"):
-        storage = WorkerStorage.attach(worker, options)
-    storage.close()
-    text = caplog.text
-    assert "placement.ssd-dir and placement.hdd-dir not set" in text
-    assert str(tmp_path / "local" / "placement-ssd") in text and "DASK_PLACEMENT__SSD_DIR" in text
-    assert "placement.log-dir not set: this worker writes no I/O log" in text
-    caplog.clear()
+    bare = StorageOptions(route_p2p=False, save_on_signal=False)
     given = StorageOptions(
         ssd_dir=str(tmp_path / "ssd"),
         hdd_dir=str(tmp_path / "hdd"),
@@ -309,9 +293,23 @@ def test_a_worker_without_tier_or_log_directories_says_so(
         route_p2p=False,
         save_on_signal=False,
     )
-    with caplog.at_level(logging.WARNING, logger="placement.storage.worker"):
-        WorkerStorage.attach(worker, given).close()
-    assert caplog.records == [], "nothing to say when all three are given"
+
+    def said(options: StorageOptions, worker: Worker) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="placement.storage.worker"):
+            WorkerStorage.attach(worker, options).close()
+        return [r.getMessage() for r in caplog.records if r.name == "placement.storage.worker"]
+
+    async def main() -> tuple[str, list[str], str]:
+        async with started_worker(local_directory=str(tmp_path / "local")) as worker:
+            return "\n".join(said(bare, worker)), said(given, worker), worker.local_directory
+
+    text, quiet, local_directory = asyncio.run(main())
+    assert "placement.ssd-dir and placement.hdd-dir not set" in text
+    assert str(Path(local_directory) / "placement-ssd") in text
+    assert "DASK_PLACEMENT__SSD_DIR" in text
+    assert "placement.log-dir not set: this worker writes no I/O log" in text
+    assert quiet == [], "nothing to say when all three are given"
 
 
 def test_an_unreadable_record_of_unlogged_files_is_reported_not_fatal(tmp_path: Path) -> None:

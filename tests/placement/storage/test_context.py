@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,6 +21,7 @@ from placement.schema import UNLABELLED
 from placement.storage import FileKind, RunContext, StorageConfigError, set_run_context
 from placement.storage.context import RequestBuilder, dask_order_position, get_run_context
 from placement.storage.request import INT32_MAX
+from tests.placement.inprocess import on_a_worker
 
 
 @contextmanager
@@ -31,29 +32,6 @@ def run_context(context: RunContext) -> Iterator[RunContext]:
         yield context
     finally:
         set_run_context(None)
-
-
-def on_a_worker(check: Callable[[Worker], Any]) -> Any:
-    """``check(worker)`` run on a started in-process worker of an in-process scheduler.
-
-    Tasks ``check`` adds to the worker's state (``add_task``) are taken out again before
-    the worker closes.
-    """
-
-    async def main() -> Any:
-        async with (
-            Scheduler(port=0, dashboard=False, dashboard_address=None) as scheduler,
-            Worker(scheduler.address, nthreads=1) as worker,
-        ):
-            keys = set(worker.state.tasks)
-            try:
-                return check(worker)
-            finally:
-                worker.state.executing.clear()
-                for key in set(worker.state.tasks) - keys:
-                    del worker.state.tasks[key]
-
-    return asyncio.run(main())
 
 
 def add_task(worker: Worker, key: Any, position: int | None, state: str = "waiting") -> TaskState:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import gc
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -28,6 +28,7 @@ from placement.storage.context import RequestBuilder
 from placement.storage.errors import StorageConfigError
 from placement.storage.spill import SpillFiles, check_spill_compatible
 from placement.tier import Tier
+from tests.placement.inprocess import started_worker
 from tests.placement.storage.test_store import ListSink
 
 KEY = "block-0f9e2b7c1d8a4e3f9b6c5a4d3e2f1a0b"
@@ -251,36 +252,32 @@ def test_factory_reads_tier_directories_from_dask_config(tmp_path: Path) -> None
         buf.close()
 
 
-class FakeWorker(SimpleNamespace):
-    """The worker attributes the plugin reads (weak-referenceable, as a Worker is)."""
-
-    __slots__ = ("__weakref__",)
-
-
 @pytest.mark.parametrize(("target", "expected"), [("64kB", 64_000), (None, int(8 * 2**30 * 0.25))])
 def test_worker_plugin_keeps_an_explicit_target_and_sets_a_default_one(
     tmp_path: Path, target: str | None, expected: int
 ) -> None:
     import dask
 
-    with dask.config.set({"placement.log-dir": None, "distributed.worker.memory.target": 0.25}):
-        buf = tiered_spill_buffer(
-            str(tmp_path), ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", target=target
-        )
-        worker = FakeWorker(
-            data=buf,
-            memory_manager=SimpleNamespace(memory_limit=8 * 2**30),
-            local_directory=str(tmp_path),
-            address="tcp://127.0.0.1:1",
-            periodic_callbacks={},
-        )
-        storage = WorkerStorage.attach(worker, StorageOptions(route_p2p=False))
-    try:
-        assert buf.n == expected, "the spill target, in bytes"
-        assert buf.memory_limit == 8 * 2**30, "the worker's limit is adopted either way"
-    finally:
-        storage.close()
-        buf.close()
+    async def main() -> tuple[int, int | None]:
+        with dask.config.set(
+            {"placement.log-dir": None, "distributed.worker.memory.target": 0.25}
+        ):
+            buf = tiered_spill_buffer(
+                str(tmp_path), ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", target=target
+            )
+            try:
+                async with started_worker(
+                    data=buf, memory_limit=8 * 2**30, local_directory=str(tmp_path)
+                ) as worker:
+                    assert worker.data is buf
+                    WorkerStorage.attach(worker, StorageOptions(route_p2p=False)).close()
+                    return buf.n, buf.memory_limit
+            finally:
+                buf.close()
+
+    n, limit = asyncio.run(main())
+    assert n == expected, "the spill target, in bytes"
+    assert limit == 8 * 2**30, "the worker's limit is adopted either way"
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
