@@ -37,8 +37,9 @@ def reload_model(client: Any, path: str | os.PathLike[str] | None = None) -> Any
     """Load the model at ``path`` on the scheduler now (default: ``placement.model`` again).
 
     The path is read by the scheduler, on its machine. A relative ``path`` that exists
-    here is made absolute here first (the client's working directory); one that does
-    not is sent as it is and read from the scheduler's working directory.
+    here is resolved here first (from the client's working directory, symbolic links
+    followed, so that ``link/../model`` names the directory it names here); one that
+    does not is sent as it is and read from the scheduler's working directory.
 
     Workers receive it at their next lease renewal (within ~250 ms). The scheduler
     also re-reads the history statistics from ``placement.log-dir``, every logged file
@@ -62,7 +63,7 @@ def reload_model(client: Any, path: str | os.PathLike[str] | None = None) -> Any
     if path is not None:
         sent = os.fspath(path)
         if not os.path.isabs(sent) and os.path.exists(sent):
-            sent = os.path.abspath(sent)
+            sent = os.path.realpath(sent)
     return client.sync(_reload_model, client, sent)
 
 

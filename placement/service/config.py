@@ -158,7 +158,7 @@ def size_in_bytes(key: str, value: Any) -> int:
     if not math.isfinite(nbytes):
         raise ServiceConfigError(f"{key}={value!r} must be finite")
     whole = round(nbytes)
-    # a unit may leave a rounding error ("0.3GB" is 300000000.00000006): only refuse a
+    # a unit may leave a rounding error ("2.01GB" is 2009999999.9999998): only refuse a
     # real fraction of a byte
     if abs(nbytes - whole) > 1e-9 * max(1.0, abs(nbytes)):
         raise ServiceConfigError(
@@ -177,6 +177,8 @@ def _exact_bytes(value: Any) -> float | None:
     if not isinstance(value, str):
         return None
     text = value.replace(" ", "")
+    if not text:
+        return None
     number = text.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     unit = text[len(number) :].lower()
     try:
@@ -189,7 +191,7 @@ def _exact_bytes(value: Any) -> float | None:
 def _seconds(key: str, value: Any) -> float:
     try:
         seconds = parse_timedelta(value, default="seconds")
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError):
         seconds = None
     if not isinstance(seconds, (int, float)) or not (math.isfinite(seconds) and seconds > 0):
         raise ServiceConfigError(
@@ -215,7 +217,7 @@ def _positive_int(key: str, value: Any) -> int:
 def _positive_float(key: str, value: Any) -> float:
     try:
         number = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         number = math.nan
     if not (math.isfinite(number) and number > 0):
         raise ServiceConfigError(f"{key}={value!r} must be a positive number")
@@ -276,7 +278,9 @@ class ServiceConfig:
         )
         object.__setattr__(self, "lease_ttl_s", _seconds(LEASE_TTL_KEY, self.lease_ttl_s))
         if self.lease_fraction is not None and not (
-            isinstance(self.lease_fraction, (int, float)) and 0 < self.lease_fraction <= 1
+            isinstance(self.lease_fraction, (int, float))
+            and not isinstance(self.lease_fraction, bool)
+            and 0 < self.lease_fraction <= 1
         ):
             raise ServiceConfigError(
                 f"{LEASE_FRACTION_KEY}={self.lease_fraction!r} must be in (0, 1]"

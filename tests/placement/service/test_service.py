@@ -1634,11 +1634,10 @@ def test_a_relative_model_path_is_read_by_the_scheduler_and_says_so(
     assert re.search(rf"relative path 'model/' .*directory {tmp_path}", answer["refused"])
 
 
-def test_a_refused_reload_is_one_log_line_on_the_scheduler_and_a_model_error_on_the_client(
+def test_a_refused_reload_is_one_log_line_on_the_scheduler(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from placement.service import reload_model
-
+    """The client raises it as a ModelError (test_client.py)."""
     plugin = PlacementSchedulerPlugin(PlacementService(ServiceConfig(ssd_capacity_bytes=MiB)))
     missing = str(tmp_path / "missing")
     with caplog.at_level(logging.WARNING, "placement.service.scheduler_plugin"):
@@ -1646,75 +1645,6 @@ def test_a_refused_reload_is_one_log_line_on_the_scheduler_and_a_model_error_on_
     assert "no model directory" in answer["refused"]
     [record] = caplog.records
     assert record.exc_info is None and "the current one stays" in record.getMessage()
-    client = FakeClient({"placement_reload_model": answer})
-    with pytest.raises(ModelError, match="no model directory"):
-        reload_model(client, missing)
-
-
-class FakeClient:
-    """Stands in for ``distributed.Client``: its ``sync`` and ``scheduler`` RPC, answering
-    ``answers[op]`` (``None``, as Dask does, for an op without a handler)."""
-
-    def __init__(self, answers: dict | None = None) -> None:
-        self.answers = answers or {}
-        self.calls: list[tuple[str, dict]] = []
-        client = self
-
-        class Scheduler:
-            address = "tcp://scheduler:8786"
-
-            def __getattr__(self, op: str) -> Callable:
-                async def call(**kwargs: object) -> object:
-                    client.calls.append((op, kwargs))
-                    return client.answers.get(op)
-
-                return call
-
-        self.scheduler = Scheduler()
-
-    def sync(self, func: Callable, *args: object, **kwargs: object) -> object:
-        return asyncio.run(func(*args, **kwargs))
-
-
-def test_client_helpers_raise_when_the_scheduler_runs_no_service() -> None:
-    from placement.service import ServiceUnavailable, decide, reload_model, service_state
-
-    client = FakeClient()
-    calls = [
-        lambda: service_state(client),
-        lambda: reload_model(client, "/models/m"),
-        lambda: decide(client, [{"file_kind": "spill", "created_at": 0.0}]),
-    ]
-    for call in calls:
-        with pytest.raises(
-            ServiceUnavailable,
-            match=r"tcp://scheduler:8786 runs no placement service .*--preload placement.dask"
-            r".*scheduler's log",
-        ):
-            call()
-    assert [op for op, _ in client.calls] == [
-        "placement_state",
-        "placement_reload_model",
-        "placement_decide",
-    ]
-    answered = FakeClient({"placement_state": {"ledger": {}}, "placement_decide": []})
-    assert service_state(answered) == {"ledger": {}}
-    assert decide(answered, []) == []  # an empty answer is an answer
-
-
-def test_reload_model_sends_a_relative_path_that_exists_here_as_absolute(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from placement.service import reload_model
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "model").mkdir()
-    client = FakeClient({"placement_reload_model": {"version": 2}})
-    assert reload_model(client, "model/") == {"version": 2}
-    reload_model(client, Path("elsewhere"))  # not here: the scheduler's own relative path
-    reload_model(client)
-    sent = [kwargs["path"] for _, kwargs in client.calls]
-    assert sent == [str(tmp_path / "model"), "elsewhere", None]
 
 
 def test_worker_helpers_name_both_ways_to_run_placement_storage() -> None:
