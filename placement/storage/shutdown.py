@@ -94,6 +94,9 @@ class SignalSaver:
         self.ending = frozenset(int(s) for s in ending)
         self.timeout_s = float(timeout_s)
         self._previous: dict[int, _Handler] = {}
+        #: Uninstalled while another handler was on top of this one's: it saves nothing
+        #: more, only passes the signal on, and is skipped when that one is restored.
+        self._retired = False
         self._saving = False
         #: Signals handled so far (for tests and reports).
         self.handled = 0
@@ -125,22 +128,26 @@ class SignalSaver:
     def uninstall(self) -> None:
         """Put the previous handlers back where this saver's is still installed.
 
-        Only in the main thread; a handler set since by someone else is left in place
-        (it may chain to this one, which then only saves the rows again).
+        Only in the main thread. A handler set since on top of this one's (another
+        saver's, or someone else's) is left in place; it may chain to this one, which
+        from now on only passes the signal on to its own previous handler, and a saver
+        restoring its previous handler skips this one's.
         """
         if threading.current_thread() is not threading.main_thread():
             return
         for sig, previous in list(self._previous.items()):
             if signal.getsignal(sig) == self._handle:
-                signal.signal(sig, previous)
+                signal.signal(sig, _past_retired(sig, previous))
                 del self._previous[sig]
+        self._retired = bool(self._previous)
 
     def _handle(self, signum: int, frame: FrameType | None) -> Any:
         # Runs in the main thread between two bytecodes of whatever it was doing: no
         # logging here (a log handler may be half-way through a write), no lock waited
         # for without a limit.
-        previous = self._previous.get(signum, signal.SIG_DFL)
-        if not self._saving:  # a second signal while saving goes straight to the previous
+        previous = _past_retired(signum, self._previous.get(signum, signal.SIG_DFL))
+        # a second signal while saving, or any signal once retired, goes straight on
+        if not self._saving and not self._retired:
             self._saving = True
             try:
                 self.handled += 1
@@ -183,3 +190,13 @@ class SignalSaver:
     def __repr__(self) -> str:
         names = ", ".join(s.name for s in self.installed) or "nothing"
         return f"<SignalSaver handling {names}>"
+
+
+def _past_retired(sig: int, handler: _Handler) -> _Handler:
+    """``handler``, or where it would pass ``sig`` on if it is the handler of a saver
+    uninstalled under another handler (see :meth:`SignalSaver.uninstall`)."""
+    saver = getattr(handler, "__self__", None)
+    while isinstance(saver, SignalSaver) and saver._retired:
+        handler = saver._previous.get(sig, signal.SIG_DFL)
+        saver = getattr(handler, "__self__", None)
+    return handler

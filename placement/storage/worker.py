@@ -59,7 +59,7 @@ def _warn_defaults(options: StorageOptions, ssd: str, hdd: str, logs: str | None
         for key, given in ((SSD_DIR_KEY, options.ssd_dir), (HDD_DIR_KEY, options.hdd_dir))
         if not given and not config_dir(key)
     ]
-    if unset:
+    if len(unset) == 2:
         logger.warning(
             "%s not set: the tiers default to %s and %s, below the worker's local directory "
             "(one disk, so no tier is faster); set %s to the SSD and HDD directories",
@@ -67,6 +67,19 @@ def _warn_defaults(options: StorageOptions, ssd: str, hdd: str, logs: str | None
             ssd,
             hdd,
             ", ".join(f"{key} ({env_name(key)})" for key in unset),
+        )
+    elif unset:
+        [key] = unset
+        tier, path = ("SSD", ssd) if key == SSD_DIR_KEY else ("HDD", hdd)
+        logger.warning(
+            "%s not set: the %s tier defaults to %s, below the worker's local directory; "
+            "set %s (%s) to the %s directory",
+            key,
+            tier,
+            path,
+            key,
+            env_name(key),
+            tier,
         )
     if not logs:
         logger.warning(

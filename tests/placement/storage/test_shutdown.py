@@ -1,13 +1,17 @@
 """The signal handlers that save a worker's log rows before a stop signal takes effect (in this
 process's main thread, with a stand-in previous handler; the default action, which ends the
-process, is exercised on real worker processes in the cluster tests)."""
+process, in a child process here and on real worker processes in the cluster tests)."""
 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,3 +130,52 @@ def test_a_handler_set_later_is_left_in_place(calls: Calls) -> None:
 def test_options_are_validated() -> None:
     with pytest.raises(ValueError, match="timeout_s"):
         SignalSaver(lambda: None, lambda: None, timeout_s=0)
+
+
+def test_savers_uninstalled_in_the_order_they_were_installed_restore_the_first_handler(
+    calls: Calls,
+) -> None:
+    """Two workers in one process: the first one's saver goes while the second's is on top
+    of it. Once both are gone the handler from before is back, and in between a signal
+    goes through the second saver straight to it, not through the first one's store."""
+    first, second = Calls(), Calls()
+    a = SignalSaver(first.flush, first.close)
+    b = SignalSaver(second.flush, second.close)
+    a.install()
+    b.install()
+    a.uninstall()
+    assert signal.getsignal(signal.SIGTERM) == b._handle, "b's stays on top"
+    signal.raise_signal(signal.SIGTERM)
+    assert (first.calls, second.calls) == ([], ["flush"])
+    assert calls.calls == ["previous SIGTERM"]
+    b.uninstall()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        assert signal.getsignal(sig) == calls.previous, sig
+
+
+def test_a_saver_gone_from_under_a_default_action_lets_the_one_above_close_its_store(
+    tmp_path: Path,
+) -> None:
+    """Under the default action a signal ends the process: the saver on top must close its
+    own store, and the one it chained to, gone, must save nothing (its store is closed)."""
+    said = tmp_path / "said"
+    script = textwrap.dedent(
+        f"""
+        import signal
+        from placement.storage.shutdown import SignalSaver
+
+        def note(what):
+            return lambda: open({str(said)!r}, "a").write(what + "\\n")
+
+        a = SignalSaver(note("a flush"), note("a close"))
+        b = SignalSaver(note("b flush"), note("b close"))
+        a.install()
+        b.install()
+        a.uninstall()
+        signal.raise_signal(signal.SIGTERM)
+        note("survived")()
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=60, check=False)
+    assert done.returncode == -signal.SIGTERM, "the default action ended the process"
+    assert said.read_text().splitlines() == ["b close"]

@@ -135,6 +135,33 @@ def test_a_worker_whose_directories_are_all_configured_warns_of_no_default(
     assert [r for r in caplog.records if r.name == "placement.storage.worker"] == []
 
 
+@pytest.mark.parametrize("given", ["ssd", "hdd"])
+def test_a_worker_with_one_tier_given_is_warned_of_the_other_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, given: str
+) -> None:
+    defaulted = {"ssd": "hdd", "hdd": "ssd"}[given]
+    options = StorageOptions(
+        log_dir=str(tmp_path / "logs"),
+        route_p2p=False,
+        save_on_signal=False,
+        **{f"{given}_dir": str(tmp_path / f"given-{given}")},
+    )
+
+    async def main() -> tuple[list[str], str]:
+        async with started_worker(local_directory=str(tmp_path / "local")) as worker:
+            with caplog.at_level(logging.WARNING, logger="placement.storage.worker"):
+                WorkerStorage.attach(worker, options).close()
+            return [
+                r.getMessage() for r in caplog.records if r.name == "placement.storage.worker"
+            ], worker.local_directory
+
+    [message], local = asyncio.run(main())
+    assert message.startswith(f"placement.{defaulted}-dir not set: the {defaulted.upper()} tier")
+    assert str(Path(local) / f"placement-{defaulted}") in message
+    assert f"DASK_PLACEMENT__{defaulted.upper()}_DIR" in message
+    assert f"given-{given}" not in message, "the tier that was given is not said to default"
+
+
 def test_the_log_directory_option_wins_over_the_configured_one_which_serves_without_it(
     tmp_path: Path,
 ) -> None:
