@@ -419,6 +419,8 @@ def _task_end(ev: dict[str, Any], file: str, n: int, issues: ReadIssues) -> _Tas
             line=n,
         )
         return None
+    if metrics is not None and not isinstance(metrics, dict):
+        raise _MalformedEvent(f"Task Metrics={_short(metrics)} is not an object")
     if not isinstance(metrics, dict):
         metrics = {}  # failed tasks of old Spark versions carry no metrics: nothing written
     reason = ev.get("Task End Reason")
@@ -505,9 +507,20 @@ def _records(
     rows: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
     labels: list[str] = []
 
-    def add(**values: Any) -> None:
+    def add(line: int, **values: Any) -> bool:
+        """Append a row; a count beyond its column (a sum of counts that each fit, such as a
+        task's input and shuffle bytes read) is a malformed event: counted, and no row."""
+        for name in SCHEMA.names:
+            value, kind = values.get(name), SCHEMA.field(name).type
+            if isinstance(value, int) and pa.types.is_integer(kind):
+                hi = _INT32_MAX if kind == pa.int32() else _INT64_MAX
+                if not -hi <= value <= hi:
+                    detail = f"SparkListenerTaskEnd: {name}={value} is out of range"
+                    issues.add("malformed Spark event", source, detail=detail, line=line)
+                    return False
         for name in SCHEMA.names:
             rows[name].append(values.get(name))
+        return True
 
     for t in tasks:
         st = stages.get(t.stage) or _Stage()
@@ -548,7 +561,8 @@ def _records(
             write_ops = max(
                 1, min(n_out, t.shuffle_records) if n_out and t.shuffle_records else (n_out or 1)
             )
-            add(
+            if add(
+                t.line,
                 **common,
                 file_id=f"{app_id}/shuffle_{t.stage}.{t.attempt}_{t.task_id}",
                 file_kind="shuffle",
@@ -559,10 +573,11 @@ def _records(
                 write_ops=int(write_ops),
                 read_bytes=round(read_bytes),
                 write_bytes=t.shuffle_bytes,
-            )
-            labels.append(f"line {t.line} (stage {t.stage} task {t.task_id} shuffle)")
+            ):
+                labels.append(f"line {t.line} (stage {t.stage} task {t.task_id} shuffle)")
         if t.spilled > 0:
-            add(
+            if add(
+                t.line,
                 **common,
                 file_id=f"{app_id}/spill_{t.stage}.{t.attempt}_{t.task_id}",
                 file_kind="spill",
@@ -573,8 +588,8 @@ def _records(
                 write_ops=1,
                 read_bytes=t.spilled,
                 write_bytes=t.spilled,
-            )
-            labels.append(f"line {t.line} (stage {t.stage} task {t.task_id} spill)")
+            ):
+                labels.append(f"line {t.line} (stage {t.stage} task {t.task_id} spill)")
     table = conform(
         pa.table({name: pa.array(rows[name], SCHEMA.field(name).type) for name in SCHEMA.names})
     )
