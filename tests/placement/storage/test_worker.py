@@ -32,6 +32,7 @@ from placement.storage import (
     PlacementWorkerPlugin,
     StorageConfigError,
     StorageOptions,
+    TieredSpillBuffer,
     WorkerStorage,
     flush_worker_logs,
     tiered_spill_buffer,
@@ -250,16 +251,21 @@ def test_a_spill_buffer_on_a_worker_without_a_memory_limit_is_left_without_one(
         buf.close()
 
 
-def test_dropping_the_storage_of_a_spill_buffer_writes_its_rows_and_keeps_its_store(
-    tmp_path: Path,
-) -> None:
-    """A worker that only loses the plugin may still hold spilled keys."""
-    buf = tiered_spill_buffer(
+def logging_spill_buffer(tmp_path: Path) -> TieredSpillBuffer:
+    """A spill buffer on tiers under ``tmp_path`` whose files' rows go to ``tmp_path/logs``."""
+    return tiered_spill_buffer(
         str(tmp_path / "local"),
         ssd_dir=tmp_path / "ssd",
         hdd_dir=tmp_path / "hdd",
         log_dir=tmp_path / "logs",
     )
+
+
+def test_dropping_the_storage_of_a_spill_buffer_writes_its_rows_and_keeps_its_store(
+    tmp_path: Path,
+) -> None:
+    """A worker that only loses the plugin may still hold spilled keys."""
+    buf = logging_spill_buffer(tmp_path)
 
     async def main() -> None:
         async with started_worker(data=buf, local_directory=str(tmp_path / "local")) as worker:
@@ -281,12 +287,7 @@ def test_dropping_the_storage_of_a_spill_buffer_writes_its_rows_and_keeps_its_st
 def test_the_storage_of_a_spill_buffer_closes_its_store_when_the_worker_closes(
     tmp_path: Path,
 ) -> None:
-    buf = tiered_spill_buffer(
-        str(tmp_path / "local"),
-        ssd_dir=tmp_path / "ssd",
-        hdd_dir=tmp_path / "hdd",
-        log_dir=tmp_path / "logs",
-    )
+    buf = logging_spill_buffer(tmp_path)
 
     async def main() -> Path:
         async with started_worker(data=buf, local_directory=str(tmp_path / "local")) as worker:
@@ -309,12 +310,7 @@ def test_the_storage_of_a_spill_buffer_closes_its_store_when_the_worker_closes(
 def test_a_log_flush_that_fails_when_the_plugin_goes_is_logged_and_its_rows_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    buf = tiered_spill_buffer(
-        str(tmp_path / "local"),
-        ssd_dir=tmp_path / "ssd",
-        hdd_dir=tmp_path / "hdd",
-        log_dir=tmp_path / "logs",
-    )
+    buf = logging_spill_buffer(tmp_path)
 
     def full(table: object, where: object, **kw: object) -> None:  # injected fault: disk full
         raise OSError(errno.ENOSPC, "No space left on device")
