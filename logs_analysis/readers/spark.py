@@ -419,10 +419,10 @@ def _task_end(ev: dict[str, Any], file: str, n: int, issues: ReadIssues) -> _Tas
             line=n,
         )
         return None
-    if metrics is not None and not isinstance(metrics, dict):
-        raise _MalformedEvent(f"Task Metrics={_short(metrics)} is not an object")
-    if not isinstance(metrics, dict):
+    if metrics is None:
         metrics = {}  # failed tasks of old Spark versions carry no metrics: nothing written
+    elif not isinstance(metrics, dict):
+        raise _MalformedEvent(f"Task Metrics={_short(metrics)} is not an object")
     reason = ev.get("Task End Reason")
     ok = not info.get("Failed") and not info.get("Killed")
     if isinstance(reason, dict) and reason.get("Reason") not in (None, "Success"):
@@ -507,17 +507,21 @@ def _records(
     rows: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
     labels: list[str] = []
 
+    largest = {  # of each integer column
+        f.name: _INT32_MAX if f.type == pa.int32() else _INT64_MAX
+        for f in SCHEMA
+        if pa.types.is_integer(f.type)
+    }
+
     def add(line: int, **values: Any) -> bool:
         """Append a row; a count beyond its column (a sum of counts that each fit, such as a
         task's input and shuffle bytes read) is a malformed event: counted, and no row."""
-        for name in SCHEMA.names:
-            value, kind = values.get(name), SCHEMA.field(name).type
-            if isinstance(value, int) and pa.types.is_integer(kind):
-                hi = _INT32_MAX if kind == pa.int32() else _INT64_MAX
-                if not -hi <= value <= hi:
-                    detail = f"SparkListenerTaskEnd: {name}={value} is out of range"
-                    issues.add("malformed Spark event", source, detail=detail, line=line)
-                    return False
+        for name, hi in largest.items():
+            value = values.get(name)
+            if isinstance(value, int) and not -hi <= value <= hi:
+                detail = f"SparkListenerTaskEnd: {name}={value} is out of range"
+                issues.add("malformed Spark event", source, detail=detail, line=line)
+                return False
         for name in SCHEMA.names:
             rows[name].append(values.get(name))
         return True

@@ -10,43 +10,13 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from placement.storage.shutdown import SignalSaver
-
-
-class Calls:
-    """What the saver and the previous handler were asked to do, in order."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def flush(self) -> None:
-        self.calls.append("flush")
-
-    def close(self) -> None:
-        self.calls.append("close")
-
-    def previous(self, signum: int, frame: Any) -> None:
-        self.calls.append(f"previous {signal.Signals(signum).name}")
-
-
-@pytest.fixture
-def calls() -> Iterator[Calls]:
-    """Calls, with SIGTERM's and SIGINT's handlers set to its ``previous`` and restored after."""
-    recorder = Calls()
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    for sig in saved:
-        signal.signal(sig, recorder.previous)
-    try:
-        yield recorder
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+from tests.placement.storage.conftest import Calls
 
 
 def test_a_signal_saves_the_rows_then_goes_to_the_previous_handler(calls: Calls) -> None:

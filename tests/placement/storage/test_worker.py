@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from placement.storage import (
 )
 from placement.tier import Tier
 from tests.placement.inprocess import started_worker
+from tests.placement.storage.conftest import Calls
 
 _names = itertools.count()
 
@@ -470,33 +471,8 @@ def test_p2p_routing_this_distributed_cannot_offer_is_warned_of_and_the_worker_g
 # ---------------------------------------------------------------------- stop signals
 
 
-class NotedSignals:
-    """The handler SIGTERM and SIGINT had before the storage's: it only notes the signal."""
-
-    def __init__(self) -> None:
-        self.signals: list[str] = []
-
-    def handler(self, signum: int, frame: Any) -> None:
-        self.signals.append(signal.Signals(signum).name)
-
-
-@pytest.fixture
-def noted() -> Iterator[NotedSignals]:
-    """SIGTERM and SIGINT set to a handler that notes them, so that a signal raised in a test
-    does not end the test process; the handlers before are restored after."""
-    recorder = NotedSignals()
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    for sig in saved:
-        signal.signal(sig, recorder.handler)
-    try:
-        yield recorder
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-
-
 def test_sigterm_writes_the_buffered_rows_then_goes_to_the_handler_before(
-    tmp_path: Path, noted: NotedSignals
+    tmp_path: Path, calls: Calls
 ) -> None:
     async def main() -> None:
         async with started_worker(local_directory=str(tmp_path / "local")) as worker:
@@ -505,7 +481,7 @@ def test_sigterm_writes_the_buffered_rows_then_goes_to_the_handler_before(
                 buffer_a_row(storage)
                 signal.raise_signal(signal.SIGTERM)  # injected signal
                 await until(lambda: storage.state()["rows_written"] == 1, "the saved rows")
-                assert noted.signals == ["SIGTERM"]
+                assert calls.calls == ["previous SIGTERM"]
                 assert not storage.store.closed, "the process may go on"
             finally:
                 storage.close()
@@ -514,17 +490,17 @@ def test_sigterm_writes_the_buffered_rows_then_goes_to_the_handler_before(
 
 
 def test_without_save_on_signal_the_signal_handlers_are_left_alone(
-    tmp_path: Path, noted: NotedSignals
+    tmp_path: Path, calls: Calls
 ) -> None:
     async def main() -> None:
         async with started_worker(local_directory=str(tmp_path / "local")) as worker:
             storage = WorkerStorage.attach(worker, dirs(tmp_path, save_on_signal=False))
             try:
-                assert signal.getsignal(signal.SIGTERM) == noted.handler
-                assert signal.getsignal(signal.SIGINT) == noted.handler
+                assert signal.getsignal(signal.SIGTERM) == calls.previous
+                assert signal.getsignal(signal.SIGINT) == calls.previous
                 buffer_a_row(storage)
                 signal.raise_signal(signal.SIGTERM)  # injected signal
-                assert noted.signals == ["SIGTERM"]
+                assert calls.calls == ["previous SIGTERM"]
                 assert storage.state()["rows_pending"] == 1
             finally:
                 storage.close()
@@ -533,7 +509,7 @@ def test_without_save_on_signal_the_signal_handlers_are_left_alone(
 
 
 def test_sigint_in_a_process_no_nanny_started_saves_the_rows_and_keeps_the_store(
-    tmp_path: Path, noted: NotedSignals
+    tmp_path: Path, calls: Calls
 ) -> None:
     """SIGINT does not end such a process by itself (its handler before decides): the
     live files stay, only the buffered rows are written."""
@@ -549,7 +525,7 @@ def test_sigint_in_a_process_no_nanny_started_saves_the_rows_and_keeps_the_store
                 buffer_a_row(storage)
                 signal.raise_signal(signal.SIGINT)  # injected signal
                 await until(lambda: storage.state()["rows_pending"] == 0, "the saved rows")
-                assert noted.signals == ["SIGINT"]
+                assert calls.calls == ["previous SIGINT"]
                 assert storage.state()["rows_written"] == 1
                 assert not storage.store.closed and live.path.exists()
             finally:
@@ -559,15 +535,15 @@ def test_sigint_in_a_process_no_nanny_started_saves_the_rows_and_keeps_the_store
 
 
 def test_closing_the_storage_gives_the_signals_their_handlers_back(
-    tmp_path: Path, noted: NotedSignals
+    tmp_path: Path, calls: Calls
 ) -> None:
     async def main() -> None:
         async with started_worker(local_directory=str(tmp_path / "local")) as worker:
             storage = WorkerStorage.attach(worker, dirs(tmp_path, save_on_signal=True))
-            assert signal.getsignal(signal.SIGTERM) != noted.handler
+            assert signal.getsignal(signal.SIGTERM) != calls.previous
             storage.close()
-            assert signal.getsignal(signal.SIGTERM) == noted.handler
-            assert signal.getsignal(signal.SIGINT) == noted.handler
+            assert signal.getsignal(signal.SIGTERM) == calls.previous
+            assert signal.getsignal(signal.SIGINT) == calls.previous
 
     asyncio.run(main())
 
