@@ -40,6 +40,13 @@ read compressed data from file." or "double free or corruption") goes to a tempo
 file, not to the user's terminal; the first of those messages is quoted in the issue,
 "damaged or truncated Darshan log: ...".
 
+Damage inside the POSIX data does not always stop the parser: it can inflate garbage,
+print "Error: failed to read module POSIX data from darshan log file." and hand back the
+records decoded until then, as if the module had ended. Such records are not trusted: the
+log is skipped and counted as unreadable, quoting the parser's first message. The parser's
+standard error is therefore captured in both modes; with ``isolate=False`` this process's
+file descriptor 2 points at the temporary file while the parser runs.
+
 A log cut after its POSIX data (inside a later module, such as STDIO or LUSTRE) parses
 without an error: its POSIX rows are whole and are read, and the cut is counted as
 "damaged Darshan log (POSIX rows kept)". It is found from the log's header, which gives
@@ -48,12 +55,14 @@ each module's region (offset and length, in bytes): the file ends before the las
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing
 import os
 import struct
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -100,11 +109,12 @@ def read_darshan(path: str | os.PathLike[str], *, isolate: bool = True) -> Chunk
         If ``darshan`` is not installed.
     """
     require_darshan()
-    if not isolate:
-        return _read(str(path))
     fd, err_path = tempfile.mkstemp(prefix="darshan-", suffix=".stderr")
     os.close(fd)
     try:
+        if not isolate:
+            with _stderr_redirected(err_path):
+                return _read(str(path), err_path)
         try:
             with ProcessPoolExecutor(
                 max_workers=1,
@@ -134,6 +144,10 @@ def read_darshan(path: str | os.PathLike[str], *, isolate: bool = True) -> Chunk
 DAMAGED = "damaged or truncated Darshan log"
 
 
+#: What the parser prints when the POSIX data ends in an error, not at its end.
+_POSIX_READ_FAILED = "failed to read module POSIX data"
+
+
 def _stderr_to(path: str) -> None:
     """Child-process initializer: point file descriptor 2 (C and Python stderr) at ``path``."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -141,22 +155,34 @@ def _stderr_to(path: str) -> None:
     os.close(fd)
 
 
-def _first_message(path: str | None) -> str:
-    """The first non-blank line written to ``path`` (the parser's stderr), or ``""``."""
-    if not path:
-        return ""
+@contextlib.contextmanager
+def _stderr_redirected(path: str) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` for the block, then put the old one back."""
+    saved = os.dup(2)
+    try:
+        _stderr_to(path)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _messages(path: str) -> list[str]:
+    """The non-blank lines of the first 4 KiB written to ``path`` (the parser's stderr)."""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
     except OSError:
-        return ""
-    for line in head.decode("utf-8", "replace").splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+        return []
+    return [line.strip() for line in head.decode("utf-8", "replace").splitlines() if line.strip()]
 
 
-def _read(path: str, err_path: str | None = None) -> ChunkResult:
+def _first_message(path: str) -> str:
+    """The first message the parser wrote to ``path``, or ``""``."""
+    return next(iter(_messages(path)), "")
+
+
+def _read(path: str, err_path: str) -> ChunkResult:
     """Parse one log; ``err_path`` is where this process's stderr goes (to quote from)."""
     darshan = require_darshan()
     source = str(path)
@@ -176,6 +202,14 @@ def _read(path: str, err_path: str | None = None) -> ChunkResult:
         names = dict(report.name_records)
         exe = str(report.metadata.get("exe") or "")
         lengths = {name: int(info["len"]) for name, info in report.modules.items()}
+        if any(_POSIX_READ_FAILED in line for line in _messages(err_path)):
+            issues.add(
+                "unreadable Darshan log (skipped)",
+                source,
+                detail=f"{DAMAGED}: {_first_message(err_path)} (the POSIX data ends in "
+                "an error, not at its end; the records decoded from it are not trusted)",
+            )
+            return ChunkResult(SCHEMA.empty_table(), issues, source)
     except DependencyError:
         raise
     except Exception as exc:  # noqa: BLE001 - the darshan parser raises assorted types on a damaged log

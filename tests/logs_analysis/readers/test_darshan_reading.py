@@ -129,15 +129,54 @@ def test_a_log_that_kills_the_parser_is_counted_and_quotes_its_last_words(
     assert said.group(1) not in capfd.readouterr().err  # kept off the terminal
 
 
-def test_a_log_torn_in_its_header_read_in_this_process_names_the_error(
-    darshan_log: Path, tmp_path: Path
+def test_a_log_torn_in_its_header_read_in_this_process_quotes_the_parser_too(
+    darshan_log: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     torn = tmp_path / "torn.darshan"
     torn.write_bytes(darshan_log.read_bytes()[:100])
     result = read_darshan(torn, isolate=False)
     assert result.issues.counts == {"unreadable Darshan log (skipped)": 1}
-    # nothing of the parser's own output to quote here: the error says what happened
-    assert re.fullmatch(rf"{DAMAGED}: \(\w+: .+\)", result.issues.examples[0].detail)
+    detail = result.issues.examples[0].detail
+    said = re.fullmatch(rf"{DAMAGED}: (Error: [^()]+) \(\w+: .+\)", detail)
+    assert said, detail
+    assert said.group(1) not in capfd.readouterr().err  # kept off the terminal
+    print("standard error is this process's again", file=sys.stderr)
+    assert "standard error is this process's again" in capfd.readouterr().err
+
+
+def _zeroed_inside_posix(log: Path, at: float, into: Path) -> Path:
+    """``log`` with 16 bytes zeroed at fraction ``at`` of its POSIX data, written to ``into``."""
+    offset, length = _posix_region(log)
+    data = bytearray(log.read_bytes())
+    start = offset + int(length * at)
+    data[start : start + 16] = bytes(16)
+    into.write_bytes(bytes(data))
+    return into
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+@pytest.mark.parametrize("at", [0.25, 0.5, 0.9])
+def test_damage_inside_the_posix_data_skips_the_log_not_reads_what_the_parser_made_of_it(
+    darshan_log: Path, tmp_path: Path, isolate: bool, at: float
+) -> None:
+    """The parser inflates garbage there, stops at the error as if the module had ended and
+    hands back what it decoded: none of it is read as rows."""
+    import darshan
+
+    damaged = _zeroed_inside_posix(darshan_log, at, tmp_path / "damaged.darshan")
+    result = read_darshan(damaged, isolate=isolate)
+    assert result.table.num_rows == 0
+    assert result.issues.counts == {"unreadable Darshan log (skipped)": 1}
+    detail = result.issues.examples[0].detail
+    assert re.fullmatch(
+        rf"{DAMAGED}: Error: [^()]+ \(the POSIX data ends in an error, not at its end; "
+        r"the records decoded from it are not trusted\)",
+        detail,
+    ), detail
+    # what the parser itself makes of it: records, and no exception
+    report = darshan.DarshanReport(str(damaged), read_all=False)
+    report.mod_read_all_records("POSIX")
+    assert 0 < len(report.records["POSIX"]) < 214
 
 
 _READ_EACH = """
