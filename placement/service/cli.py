@@ -87,7 +87,11 @@ def split_table(split: Any) -> str:
 )
 @click.option("--threads-per-worker", default=1, show_default=True, type=click.IntRange(1))
 @click.option(
-    "--memory-limit", default="1GiB", show_default=True, help="Memory limit of each worker."
+    "--memory-limit",
+    default="1GiB",
+    show_default=True,
+    help="Memory limit of each worker, as dask worker reads it: a size, a fraction of this "
+    "machine's memory ('0.25'), 'auto' or 0 (no limit).",
 )
 @click.option(
     "--ssd-dir", type=click.Path(file_okay=False), help="SSD tier directory [placement.ssd-dir]."

@@ -427,14 +427,22 @@ class LinkConfig:
         """
         check_keys()
         values: dict[str, Any] = {}
-        for field, key in (
-            ("sync_interval_s", SYNC_INTERVAL_KEY),
-            ("sync_timeout_s", SYNC_TIMEOUT_KEY),
-            ("unknown_size_bytes", UNKNOWN_SIZE_KEY),
-            ("max_backoff_s", MAX_BACKOFF_KEY),
-        ):
+        for field, key in _LINK_KEYS:
             value = dask.config.get(key, default=None)
             if value is not None:
                 values[field] = value  # parsed by __post_init__
         values.update(overrides)
         return cls(**values)
+
+    def dask_config(self) -> dict[str, float | int]:
+        """These settings as the ``placement.service.*`` keys :meth:`from_dask_config` reads."""
+        return {key: getattr(self, field) for field, key in _LINK_KEYS}
+
+
+#: Each :class:`LinkConfig` field and the Dask config key it is read from.
+_LINK_KEYS = (
+    ("sync_interval_s", SYNC_INTERVAL_KEY),
+    ("sync_timeout_s", SYNC_TIMEOUT_KEY),
+    ("unknown_size_bytes", UNKNOWN_SIZE_KEY),
+    ("max_backoff_s", MAX_BACKOFF_KEY),
+)

@@ -11,12 +11,13 @@ placement.dask``. Worker processes restarted by their nanny get the same config.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import dask
-from dask.utils import parse_bytes
+from distributed.worker_memory import parse_memory_limit
 
 from placement.errors import PlacementError
 from placement.local_cluster import WORKER_PRELOAD_KEY, local_cluster
@@ -31,6 +32,8 @@ from placement.storage.config import (
     check_storage_dirs,
     spill_heavy_settings,
 )
+
+logger = logging.getLogger(__name__)
 
 PRELOAD = "placement.dask"
 SCHEDULER_PRELOAD_KEY = "distributed.scheduler.preload"
@@ -59,8 +62,10 @@ class ServeOptions:
         Model directory (``dataplane placement train --out``).
     n_workers, threads_per_worker : int
         Worker processes and threads each.
-    memory_limit : str
-        Memory limit of each worker (``"1GiB"``).
+    memory_limit : str or float
+        Memory limit of each worker, as Dask reads it: a size (``"1GiB"``, the default, or
+        bytes), a fraction of this machine's memory (``"0.25"``), ``"auto"`` (its share by
+        threads) or ``"0"`` or ``None`` (no limit).
     local_directory : str, optional
         Dask's scratch directory for the workers.
     scheduler_port : int
@@ -81,7 +86,7 @@ class ServeOptions:
     model: str | None = None
     n_workers: int = 2
     threads_per_worker: int = 1
-    memory_limit: str = "1GiB"
+    memory_limit: str | float | None = "1GiB"
     local_directory: str | None = None
     scheduler_port: int = 0
     dashboard_address: str | None = None
@@ -91,19 +96,14 @@ class ServeOptions:
     def __post_init__(self) -> None:
         for name in ("n_workers", "threads_per_worker"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise ServiceConfigError(f"{name}={value!r} must be a positive int")
-        if not isinstance(self.scheduler_port, int) or not 0 <= self.scheduler_port < 65536:
+        if not _is_int(self.scheduler_port) or not 0 <= self.scheduler_port < 65536:
             raise ServiceConfigError(
                 f"scheduler_port={self.scheduler_port!r} must be in [0, 65535]"
             )
         size_in_bytes("ssd_capacity", self.ssd_capacity)  # as the scheduler will read it
-        try:  # Dask's own reading of a worker's limit
-            parse_bytes(self.memory_limit)
-        except (ValueError, TypeError) as exc:
-            raise ServiceConfigError(
-                f"memory_limit={self.memory_limit!r}: {exc}; give a size such as '2GiB'"
-            ) from None
+        _check_memory_limit(self.memory_limit, self.threads_per_worker)
         if self.ssd_dir == self.hdd_dir:
             raise ServiceConfigError(
                 f"ssd_dir and hdd_dir are both {self.ssd_dir!r}; give each tier its own directory"
@@ -121,9 +121,7 @@ class ServeOptions:
         out[LOG_DIR_KEY] = self.log_dir
         out[MODEL_KEY] = self.model
         if self.link is not None:
-            out["placement.service.sync-interval"] = self.link.sync_interval_s
-            out["placement.service.sync-timeout"] = self.link.sync_timeout_s
-            out["placement.service.unknown-size"] = self.link.unknown_size_bytes
+            out.update(self.link.dask_config())
         return out
 
 
@@ -181,6 +179,30 @@ def service_cluster(
                 raise
             raise type(cause)(*cause.args) from exc
         yield cluster
+
+
+def _check_memory_limit(value: object, threads: int) -> None:
+    """Refuse a worker memory limit that Dask cannot read, or reads as a negative size.
+
+    Read by Dask's own ``parse_memory_limit``, so that ``"auto"``, a fraction and ``"0"``
+    (no limit) mean here what they mean to ``dask worker --memory-limit``.
+    """
+    fix = "give a size such as '2GiB', a fraction of this machine's memory such as '0.25' or 'auto'"
+    if value is None:  # Dask's "no limit"
+        return
+    if isinstance(value, bool) or not isinstance(value, str | int | float) or value == "":
+        raise ServiceConfigError(f"memory_limit={value!r} is not a memory limit; {fix}")
+    try:
+        limit = parse_memory_limit(value, threads, logger=logger)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ServiceConfigError(f"memory_limit={value!r}: {exc}; {fix}") from None
+    if limit is not None and limit < 0:
+        raise ServiceConfigError(f"memory_limit={value!r} is negative; {fix}")
+
+
+def _is_int(value: object) -> bool:
+    """``value`` is an int and not a bool (``True`` is an int to Python, not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _placement_cause(exc: BaseException) -> PlacementError | None:
