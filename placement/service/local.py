@@ -96,12 +96,11 @@ class ServeOptions:
     def __post_init__(self) -> None:
         for name in ("n_workers", "threads_per_worker"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ServiceConfigError(f"{name}={value!r} must be a positive int")
-        if not _is_int(self.scheduler_port) or not 0 <= self.scheduler_port < 65536:
-            raise ServiceConfigError(
-                f"scheduler_port={self.scheduler_port!r} must be in [0, 65535]"
-            )
+        port = self.scheduler_port
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
+            raise ServiceConfigError(f"scheduler_port={port!r} must be in [0, 65535]")
         size_in_bytes("ssd_capacity", self.ssd_capacity)  # as the scheduler will read it
         _check_memory_limit(self.memory_limit, self.threads_per_worker)
         if self.ssd_dir == self.hdd_dir:
@@ -198,11 +197,6 @@ def _check_memory_limit(value: object, threads: int) -> None:
         raise ServiceConfigError(f"memory_limit={value!r}: {exc}; {fix}") from None
     if limit is not None and limit < 0:
         raise ServiceConfigError(f"memory_limit={value!r} is negative; {fix}")
-
-
-def _is_int(value: object) -> bool:
-    """``value`` is an int and not a bool (``True`` is an int to Python, not a count)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _placement_cause(exc: BaseException) -> PlacementError | None:
