@@ -75,7 +75,8 @@ def parse_time(value: object, name: str) -> _dt.datetime:
     Raises
     ------
     AnalysisConfigError
-        If ``value`` is not a date or datetime, naming the option and the value.
+        If ``value`` is not a date or datetime, or its offset puts it outside the years 1 to
+        9999 in UTC, naming the option and the value.
     """
     if isinstance(value, str):
         try:
@@ -94,7 +95,13 @@ def parse_time(value: object, name: str) -> _dt.datetime:
         )
     if value.tzinfo is None or value.utcoffset() is None:
         return value.replace(tzinfo=_UTC)
-    return value.astimezone(_UTC)
+    try:
+        return value.astimezone(_UTC)
+    except OverflowError:  # its offset moves it past the first or the last day datetime holds
+        raise AnalysisConfigError(
+            f"{name}={value.isoformat()!r} (--{name}) is out of range: in UTC it falls "
+            f"outside the years 1 to 9999; give a time within them (e.g. {_TIME_EXAMPLES})"
+        ) from None
 
 
 def _iso(value: _dt.datetime | None) -> str | None:
