@@ -327,7 +327,8 @@ def unknown_pipelines_message(row_filter: RowFilter, stats: FilterStats) -> str:
 
 def empty_selection_message(row_filter: RowFilter, stats: FilterStats, usable: int) -> str:
     """The error text for filters that removed every usable row: it names the filter that
-    removed the last rows and what the rows hold (the pipelines, the creation times).
+    removed the last rows and what the rows hold (the pipelines, the creation times), and
+    the ``--pipeline`` names that matched no row.
 
     Parameters
     ----------
@@ -343,11 +344,9 @@ def empty_selection_message(row_filter: RowFilter, stats: FilterStats, usable: i
             f"the filters leave none of the {usable:,} usable rows to analyse: "
             f"{unknown_pipelines_message(row_filter, stats)}; give --pipeline one of them"
         )
-    of = (
-        f"the {left:,} rows of pipeline {', '.join(row_filter.pipelines)}"
-        if row_filter.pipelines
-        else "them"
-    )
+    unknown = row_filter.unknown_pipelines(stats) if row_filter.pipelines else []
+    found = [name for name in row_filter.pipelines if name not in unknown]
+    of = f"the {left:,} rows of pipeline {', '.join(found)}" if row_filter.pipelines else "them"
     span = (
         f"they were created from {_utc_text(stats.created_min)} to "
         f"{_utc_text(stats.created_max)} (UTC)"
@@ -358,4 +357,5 @@ def empty_selection_message(row_filter: RowFilter, stats: FilterStats, usable: i
         f"the filters leave none of the {usable:,} usable rows to analyse: "
         f"{row_filter.describe(TIME_RANGE)} keeps none of {of}; {span}; "
         "widen the range or leave it out"
+        + (f"; and {unknown_pipelines_message(row_filter, stats)}" if unknown else "")
     )
