@@ -203,7 +203,10 @@ class ServiceWorkerPlugin(PlacementWorkerPlugin):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(storage=None, link=None)
+        # setup put this worker's leased chooser (it holds a lock) in the options: a copy
+        # gets the options the plugin was made with, and builds its own chooser in setup
+        options = dataclasses.replace(self.options, chooser=None)
+        state.update(storage=None, link=None, options=options)
         return state
 
 
