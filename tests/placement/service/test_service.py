@@ -10,7 +10,6 @@ import pickle
 import re
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import dask
@@ -38,6 +37,7 @@ from placement.service.service import STALE_LEASES
 from placement.storage import FileRequest, FixedTier, TieredFileStore
 from placement.tier import Tier
 from tests.placement.logtables import make_log
+from tests.placement.waiting import until
 
 MiB = 2**20
 
@@ -1039,15 +1039,6 @@ def test_background_renewals_run_and_stop(store: TieredFileStore) -> None:
     asyncio.run(main())
     assert link.syncs >= 5 and chooser.has_valid_lease()
     assert service.state()["workers"]["tcp://w:1"]["syncs"] == link.syncs
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    """Wait for ``check()`` (a bound against hanging, not a timing assertion)."""
-    for _ in range(1000):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"gave up waiting for {what}")
 
 
 def test_renewals_go_on_after_a_failing_predictor_or_a_malformed_answer(

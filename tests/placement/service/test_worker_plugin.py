@@ -11,7 +11,7 @@ import copy
 import logging
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from placement.storage import (
 )
 from placement.storage.worker import PLUGIN_NAME
 from placement.tier import Tier
+from tests.placement.waiting import until
 
 MiB = 2**20
 LOGGER = "placement.service.worker_plugin"
@@ -69,15 +70,6 @@ def left_in_tiers(tmp_path: Path) -> list[Path]:
 
 def request() -> FileRequest:
     return FileRequest(file_kind="spill", created_at=time.time())
-
-
-async def until(check: Callable[[], object], what: str) -> None:
-    """Let the event loop run until ``check`` is true; fail the test after 15 s."""
-    deadline = time.monotonic() + 15
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 @asynccontextmanager

@@ -22,21 +22,9 @@ from placement.storage import (
 )
 from placement.storage.context import RequestBuilder
 from placement.tier import Tier
+from tests.placement.storage.conftest import ListSink
 
 RECORD = np.dtype([("x", "<f4", (6,)), ("y", "<i8")])
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def add(self, row: dict) -> None:
-        self.rows.append(dict(row))
-
-
-@pytest.fixture
-def sink() -> ListSink:
-    return ListSink()
 
 
 @pytest.fixture

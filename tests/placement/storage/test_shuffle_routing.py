@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import types
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,8 @@ from placement.storage import (
 )
 from placement.storage.shuffle import ShuffleFileRouter, TieredDiskShardsBuffer
 from tests.placement.inprocess import started_worker
-from tests.placement.storage.test_store import ListSink
+from tests.placement.storage.conftest import ListSink
+from tests.placement.waiting import until
 
 N_PARTITIONS = 8
 
@@ -69,15 +69,6 @@ def rows(log_dir: Path) -> pd.DataFrame:
     logs = read_logs(log_dir)
     assert logs.bad_files == []
     return logs.table.to_pandas()
-
-
-async def until(check: Callable[[], object], what: str) -> None:
-    """Let the event loop run until ``check`` is true; fail the test after 15 s."""
-    deadline = time.monotonic() + 15
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def shuffled(client: Client, pdf: pd.DataFrame, context: RunContext | None = None) -> None:
@@ -277,18 +268,6 @@ def test_a_disk_buffer_without_the_hook_points_is_refused_naming_each_problem(
 
 
 # ---------------------------------------------------------------------- one run's buffer
-
-
-@pytest.fixture
-def sink() -> ListSink:
-    return ListSink()
-
-
-@pytest.fixture
-def store(tmp_path: Path, sink: ListSink) -> TieredFileStore:
-    s = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink)
-    yield s
-    s.close()
 
 
 def read_whole(path: Path) -> tuple[bytes, int]:

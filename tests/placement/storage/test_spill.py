@@ -29,7 +29,7 @@ from placement.storage.errors import StorageConfigError
 from placement.storage.spill import SpillFiles, check_spill_compatible
 from placement.tier import Tier
 from tests.placement.inprocess import started_worker
-from tests.placement.storage.test_store import ListSink
+from tests.placement.storage.conftest import ListSink
 
 KEY = "block-0f9e2b7c1d8a4e3f9b6c5a4d3e2f1a0b"
 

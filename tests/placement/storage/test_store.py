@@ -33,32 +33,13 @@ from placement.storage.context import RequestBuilder, RunContext
 from placement.storage.paths import MAX_COMPONENT_BYTES, check_name, name_for_key
 from placement.tier import Tier
 from tests.placement.conftest import unwritable_dir
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def add(self, row: dict) -> None:
-        self.rows.append(dict(row))
+from tests.placement.storage.conftest import ListSink
 
 
 def request(kind: FileKind = FileKind.SPILL, **kw: object) -> FileRequest:
     return FileRequest(
         file_kind=kind, created_at=time.time(), pipeline="p", run_id="r", stage="s", **kw
     )
-
-
-@pytest.fixture
-def sink() -> ListSink:
-    return ListSink()
-
-
-@pytest.fixture
-def store(tmp_path: Path, sink: ListSink) -> TieredFileStore:
-    s = TieredFileStore(ssd_dir=tmp_path / "ssd", hdd_dir=tmp_path / "hdd", sink=sink)
-    yield s
-    s.close()
 
 
 def files_under(path: Path) -> list[Path]:

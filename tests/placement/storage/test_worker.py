@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from placement.storage import (
 from placement.tier import Tier
 from tests.placement.inprocess import started_worker
 from tests.placement.storage.conftest import Calls
+from tests.placement.waiting import until
 
 _names = itertools.count()
 
@@ -54,15 +54,6 @@ def buffer_a_row(storage: WorkerStorage) -> None:
     """Create and delete a file of ``storage``'s store: its row waits in the log writer."""
     store = storage.store
     store.delete(store.create(f"gone-{next(_names)}", spill_request()))
-
-
-async def until(check: Callable[[], object], what: str) -> None:
-    """Let the event loop run until ``check`` is true; fail the test after 15 s."""
-    deadline = time.monotonic() + 15
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def dirs(tmp_path: Path, **options: Any) -> StorageOptions:
