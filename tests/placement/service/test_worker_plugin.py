@@ -48,6 +48,7 @@ from placement.storage import (
 )
 from placement.storage.worker import PLUGIN_NAME
 from placement.tier import Tier
+from tests.placement.inprocess import started_worker
 from tests.placement.waiting import until
 
 MiB = 2**20
@@ -172,15 +173,9 @@ def test_a_mapping_of_another_kind_is_kept_with_a_warning(tmp_path: Path) -> Non
     """A worker built with a mapping of its own (even an empty one) keeps it."""
 
     async def main() -> None:
-        async with (
-            Scheduler(port=0, dashboard=False, dashboard_address=None) as scheduler,
-            Worker(
-                scheduler.address,
-                nthreads=1,
-                data=collections.OrderedDict(),
-                local_directory=str(tmp_path / "local"),
-            ) as worker,
-        ):
+        async with started_worker(
+            data=collections.OrderedDict(), local_directory=str(tmp_path / "local")
+        ) as worker:
             with pytest.warns(RuntimeWarning, match=r"\(OrderedDict, 0 keys\) cannot be replaced"):
                 assert install_tiered_spill(worker, **dirs(tmp_path)) is None
             assert type(worker.data) is collections.OrderedDict
@@ -192,15 +187,8 @@ def test_the_plain_dict_of_a_worker_without_a_memory_limit_is_swapped(tmp_path: 
     """Without a memory limit Dask's worker holds a plain ``dict``; it is swapped as well."""
 
     async def main() -> None:
-        async with (
-            Scheduler(port=0, dashboard=False, dashboard_address=None) as scheduler,
-            Worker(
-                scheduler.address,
-                nthreads=1,
-                memory_limit=0,
-                local_directory=str(tmp_path / "local"),
-            ) as worker,
-        ):
+        local = str(tmp_path / "local")
+        async with started_worker(memory_limit=0, local_directory=local) as worker:
             assert type(worker.data) is dict
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
