@@ -63,6 +63,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import threading
@@ -108,6 +109,8 @@ PRIOR_FEATURE = "h_prior_ld"
 MODEL_FILE = "model.txt"
 META_FILE = "model.json"
 SET_FILE = "models.json"
+#: The line LightGBM writes after the last tree of a text model.
+_TREES_END = b"end of trees"
 #: How to fix a model set that cannot be read.
 _RETRAIN = (
     "write the directory again with `dataplane placement train LOGS --out DIR` "
@@ -432,6 +435,12 @@ class DensityModel:
         """Predicted log10 density of one feature row (the single-decision path, see the
         module docstring)."""
         booster = self._require()
+        row = np.asarray(row, dtype=np.float64).reshape(-1)
+        if row.shape[0] != len(FEATURE_COLUMNS):
+            raise ModelError(
+                f"feature row has {row.shape[0]} values; expected {len(FEATURE_COLUMNS)} in "
+                "placement.features.FEATURE_COLUMNS order"
+            )
         single = self._single
         if single is None or single[0] is not booster:
             try:
@@ -447,7 +456,7 @@ class DensityModel:
             prior = self.prior_fallback
         if single[1] is not None:
             return single[1](row) + prior
-        raw = booster.predict(np.asarray(row, np.float64).reshape(1, -1), num_threads=1)[0]
+        raw = booster.predict(row.reshape(1, -1), num_threads=1)[0]
         return float(raw) + prior
 
     def predict_table(
@@ -476,6 +485,7 @@ class DensityModel:
         SHA-256 of ``model.txt``, so a crash between the two renames leaves a pair that
         :meth:`load` refuses by name, never a model that loads with another's sidecar.
         """
+        lgb = _lgb()
         booster = self._require()
         directory = Path(path)
         try:
@@ -487,7 +497,7 @@ class DensityModel:
             tmp_meta.write_text(json.dumps(self.metadata, indent=2, default=str))
             os.replace(tmp_model, directory / MODEL_FILE)
             os.replace(tmp_meta, directory / META_FILE)
-        except OSError as exc:
+        except (OSError, lgb.basic.LightGBMError) as exc:
             raise ModelError(f"cannot write the model to {directory}: {exc}") from exc
         self.path = directory
         return directory
@@ -544,14 +554,23 @@ class DensityModel:
             )
         digest = meta.get(MODEL_HASH_KEY)
         try:
-            torn = digest is not None and digest != _file_sha256(model_file)
+            text = model_file.read_bytes()
         except OSError as exc:
             raise ModelError(f"model file {model_file} is unreadable ({exc}); {hint}") from exc
+        torn = digest is not None and digest != hashlib.sha256(text).hexdigest()
         if torn:
             raise ModelError(
                 f"model file {model_file} is corrupt or not the one its sidecar {meta_file} "
                 "was written with (their SHA-256 differs: a save cut short, or one of the two "
                 f"replaced); save the model again or {hint}"
+            )
+        # LightGBM aborts the process on a file cut short inside its trees (its parser fails
+        # in a parallel region); a sidecar without the hash cannot tell, the end marker can
+        if _TREES_END not in text:
+            raise ModelError(
+                f"model file {model_file} is truncated or corrupt (it lacks the "
+                f"{_TREES_END.decode()!r} line LightGBM writes after the last tree); "
+                f"save the model again or {hint}"
             )
         try:
             booster = lgb.Booster(model_file=str(model_file))
@@ -567,14 +586,24 @@ class DensityModel:
                 "which do not match "
                 f"its sidecar; {hint}"
             )
-        model = cls(
-            ModelParams(**meta.get("params", {})) if isinstance(meta.get("params"), dict) else None
-        )
-        fallback = meta.get("prior_fallback")
-        if meta.get("prior_feature") != PRIOR_FEATURE or not isinstance(fallback, (int, float)):
+        params = meta.get("params")
+        try:
+            model = cls(ModelParams(**params) if isinstance(params, dict) else None)
+        except (TypeError, PlacementConfigError) as exc:
             raise ModelError(
-                f"{meta_file} does not name its history prior ({PRIOR_FEATURE!r} and a numeric "
-                f"prior_fallback); retrain it: {hint}"
+                f"{meta_file} has training params this dataplane does not take ({exc}); "
+                f"retrain it: {hint}"
+            ) from exc
+        fallback = meta.get("prior_fallback")
+        if (
+            meta.get("prior_feature") != PRIOR_FEATURE
+            or isinstance(fallback, bool)
+            or not isinstance(fallback, (int, float))
+            or not math.isfinite(fallback)
+        ):
+            raise ModelError(
+                f"{meta_file} does not name its history prior ({PRIOR_FEATURE!r} and a finite "
+                f"numeric prior_fallback, got {fallback!r}); retrain it: {hint}"
             )
         if meta.get("prior_size_slopes") != PRIOR_SIZE_SLOPES:
             raise ModelError(
@@ -803,7 +832,8 @@ class ModelSet:
 
     def predict(self, features: Any, pipelines: Any = None) -> np.ndarray:
         """Predicted log10 density; ``pipelines`` (one name, or one per row) picks the models
-        (combined as :attr:`combine` says)."""
+        (combined as :attr:`combine` says). A missing name (``None``, ``NaN``) gets the
+        global model."""
         x = _as_matrix(features)
         if pipelines is None or isinstance(pipelines, str):
             return self._predict_one_pipeline(x, pipelines)
@@ -811,9 +841,11 @@ class ModelSet:
         if len(names) != len(x):
             raise PlacementConfigError(f"{len(names)} pipeline names for {len(x)} feature rows")
         out = np.empty(len(x))
-        for name in pd.unique(names):
-            mask = names == name
-            out[mask] = self._predict_one_pipeline(x[mask], name)
+        # factorize, not ``names == name``: NaN equals no name, and its rows would be left unset
+        codes, uniques = pd.factorize(names, use_na_sentinel=False)
+        for code, name in enumerate(uniques):
+            mask = codes == code
+            out[mask] = self._predict_one_pipeline(x[mask], None if pd.isna(name) else name)
         return out
 
     def predict_one(self, row: np.ndarray, pipeline: str | None = None) -> float:
@@ -937,18 +969,26 @@ class ModelSet:
             raise ModelError(
                 f"{index_file} has model version {meta.get('model_version')!r}; upgrade dataplane"
             )
-        models = {
-            str(name): DensityModel.load(directory / str(sub))
-            for name, sub in dict(meta.get("pipelines", {})).items()
-        }
+        pipelines, global_dir = meta.get("pipelines", {}), meta.get("global", "global")
+        if (
+            not isinstance(pipelines, dict)
+            or not all(isinstance(sub, str) for sub in pipelines.values())
+            or not isinstance(global_dir, str)
+        ):
+            raise ModelError(
+                f"{index_file} does not name its models (a 'global' directory and a "
+                f"'pipelines' mapping of names to directories, got {global_dir!r} and "
+                f"{pipelines!r}); {_RETRAIN}"
+            )
+        models = {str(name): DensityModel.load(directory / sub) for name, sub in pipelines.items()}
         # sets saved before ``combine`` existed used each pipeline's own model alone
         combine = meta.get("combine", Combine.OWN.value)
-        if combine not in {c.value for c in Combine}:
+        if not isinstance(combine, str) or combine not in {c.value for c in Combine}:
             raise ModelError(
                 f"{index_file} has combine={combine!r}; expected one of "
                 f"{[c.value for c in Combine]} (a newer dataplane wrote it: upgrade)"
             )
-        global_model = DensityModel.load(directory / str(meta.get("global", "global")))
+        global_model = DensityModel.load(directory / global_dir)
         return cls(global_model, models, combine=combine)
 
     def __repr__(self) -> str:
