@@ -25,8 +25,10 @@ JSON lines
     One JSON object per line with log-schema keys. Split into byte ranges of about
     :data:`BLOCK_BYTES`; a line belongs to the block its first byte lies in. A block is
     parsed with pyarrow's JSON reader; if that fails, line by line, so each malformed
-    line (invalid JSON, not an object, a value of the wrong type, an integer outside its
-    column's range) is counted with its line number and the rest of the block is kept.
+    line (invalid JSON or UTF-8, not an object, a value of the wrong type, an integer
+    outside its column's range) is counted with its line number and the rest of the block
+    is kept. A file that cannot be opened or read (gone, or no longer a regular file,
+    since it was listed) is skipped and counted once, as a file.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ UNREADABLE_FILE = "unreadable Parquet file (skipped)"
 #: Reason of a Parquet file some (or all) of whose row groups cannot be read: counted once
 #: per file, whichever chunks meet the damage (:meth:`ReadIssues.add` ``per_file``).
 DAMAGED_FILE = "damaged Parquet file (unreadable row groups skipped)"
+#: Reason of a JSON-lines file that cannot be opened or read: counted once per file.
+UNREADABLE_JSONL = "unreadable JSON-lines file (skipped)"
 _READ_ERRORS = (OSError, pa.ArrowException, SchemaError)
 
 
@@ -107,15 +111,17 @@ class ParquetChunk:
                 except _READ_ERRORS:
                     return self._load_each(pf, issues)  # keep the row groups that read
         except FileNotFoundError as exc:  # merged and deleted since planned?
+            error: Exception = exc
             try:
                 covered = _read_covered_rows(
                     self.source, self.first_row, self.estimated_rows, self.dictionary_columns
                 )
             except _READ_ERRORS as again:
-                exc = FileNotFoundError(f"{exc}; its merged file: {again}")
+                # not str(exc): it repeats the path, and details are clipped
+                error = FileNotFoundError(f"the file is gone; its merged file: {again}")
                 covered = None
             if covered is None:
-                self._damaged(issues, self.first_row, self.estimated_rows, exc)
+                self._damaged(issues, self.first_row, self.estimated_rows, error)
                 return ChunkResult(SCHEMA.empty_table(), issues, self.source, self.first_row)
             return ChunkResult(covered, issues, self.source, self.first_row)
         except (OSError, pa.ArrowException) as exc:  # it cannot be opened any more
@@ -297,13 +303,26 @@ def plan_parquet(
             detail=f"lacks {missing} ({_n_rows(file_rows)})",
         )
         return [], issues
-    version = (pf.schema_arrow.metadata or {}).get(SCHEMA_VERSION_KEY)
-    if version is not None and int(version) > SCHEMA_VERSION:
+    declared = (pf.schema_arrow.metadata or {}).get(SCHEMA_VERSION_KEY)
+    try:
+        version = None if declared is None else int(declared)
+    except ValueError:
+        issues.add(
+            UNREADABLE_FILE,
+            source,
+            detail=(
+                f"schema version {declared!r} is not a whole number ({_n_rows(file_rows)}); "
+                f"rewrite the file with {SCHEMA_VERSION_KEY.decode()!r} set to the version "
+                f"its columns follow (such as {SCHEMA_VERSION}), or without it"
+            ),
+        )
+        return [], issues
+    if version is not None and version > SCHEMA_VERSION:
         issues.add(
             "newer log schema version (skipped)",
             source,
             detail=(
-                f"schema version {int(version)} > {SCHEMA_VERSION} ({_n_rows(file_rows)}); "
+                f"schema version {version} > {SCHEMA_VERSION} ({_n_rows(file_rows)}); "
                 "upgrade dataplane to read it"
             ),
         )
@@ -362,7 +381,17 @@ class JsonlChunk:
 
     def load(self) -> ChunkResult:
         issues = ReadIssues()
-        data = self._read_block()
+        try:
+            data = self._read_block()
+        except OSError as exc:  # gone, or no longer a file, since it was planned
+            issues.add(UNREADABLE_JSONL, self.source, detail=str(exc), per_file=True)
+            return ChunkResult(
+                SCHEMA.empty_table(),
+                issues,
+                self.source,
+                row_lines=np.empty(0, dtype=np.int64),
+                block_start=self.start,
+            )
         lines = data.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
@@ -370,6 +399,7 @@ class JsonlChunk:
         table: pa.Table | None = None
         if keep:
             try:
+                data.decode()  # the JSON reader keeps invalid UTF-8: such a line is bad
                 table = pajson.read_json(
                     io.BytesIO(data),
                     read_options=pajson.ReadOptions(
@@ -513,13 +543,18 @@ def plan_jsonl(
     """
     block_bytes = block_bytes or BLOCK_BYTES
     source = str(path)
-    size = Path(source).stat().st_size
-    with open(source, "rb") as f:
-        head = f.read(1 << 16)
+    issues = ReadIssues()
+    try:
+        size = Path(source).stat().st_size
+        with open(source, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError as exc:  # gone, or no longer a file, since it was listed
+        issues.add(UNREADABLE_JSONL, source, detail=str(exc), per_file=True)
+        return [], issues
     n_lines = head.count(b"\n")
     per_line = len(head) / n_lines if n_lines else max(len(head), 1)
     n_blocks = max(1, math.ceil(size / block_bytes))
-    step = math.ceil(size / n_blocks)
+    step = max(1, math.ceil(size / n_blocks))  # an empty file: no chunk
     chunks = [
         JsonlChunk(
             source,
@@ -529,4 +564,4 @@ def plan_jsonl(
         )
         for s in range(0, size, step)
     ]
-    return chunks, ReadIssues()
+    return chunks, issues
