@@ -525,7 +525,8 @@ def parse_budget(value: str, peak_bytes: int) -> int:
     value : str
         A percent in (0, 100], with or without a ``%`` sign (``5``, ``5%``, ``0.5``), as
         ``evaluate --budgets`` takes it; or a positive size with its unit (``2GiB``,
-        ``500MB``, ``1000000B``). A budget of 0 is refused, as ``evaluate`` refuses it.
+        ``500MB``, ``1000000B``). A budget of 0 is refused, as ``evaluate`` refuses it,
+        and so is a percent so small that it is 0 bytes of ``peak_bytes``.
     peak_bytes : int
         Peak live bytes of the replayed logs, in bytes: what a percent is a share of.
 
@@ -537,7 +538,8 @@ def parse_budget(value: str, peak_bytes: int) -> int:
     Raises
     ------
     click.BadParameter
-        If ``value`` is neither, or is not positive, or is a percent above 100.
+        If ``value`` is neither, or is not positive, or is a percent above 100, or is a
+        percent of ``peak_bytes`` that is 0 bytes.
     """
     v = value.strip()
     hint = "give a percent such as 5 or 5%, or a size with its unit such as 2GiB or 1000000B"
@@ -546,7 +548,15 @@ def parse_budget(value: str, peak_bytes: int) -> int:
             share = budget_share(v, hint=hint)
         except PlacementConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--budget") from None
-        return int(share * peak_bytes)
+        size = int(share * peak_bytes)
+        if size < 1:
+            fix = "a larger percent, or " if peak_bytes > 0 else ""
+            raise click.BadParameter(
+                f"{value!r} of peak live bytes {peak_bytes:,} is 0 bytes; give {fix}"
+                "a size with its unit such as 1000000B",
+                param_hint="--budget",
+            )
+        return size
     m = _SIZE.match(v)
     if not m or m.group(2).lower() not in _UNITS:
         raise click.BadParameter(

@@ -144,9 +144,14 @@ def test_a_budget_size_keeps_its_unit() -> None:
         ("2ki", "neither a percent"),
         ("0.1B", "is not a positive size (it is 0 bytes)"),
         ("101", "101% is not in (0, 100]"),
+        ("1e-300", "'1e-300' of peak live bytes 1,000,000 is 0 bytes"),
+        ("0.00001%", "is 0 bytes; give a larger percent"),
     ):
         with pytest.raises(click.BadParameter, match=re.escape(message)):
             parse_budget(bad, peak_bytes=10**6)
+    with pytest.raises(click.BadParameter, match=r"peak live bytes 0 is 0 bytes; give a size"):
+        parse_budget("5%", peak_bytes=0)
+    assert parse_budget("1MB", peak_bytes=0) == 10**6
 
 
 def test_simulate_replays_each_policy_named_once_in_the_order_given(log: Path) -> None:
