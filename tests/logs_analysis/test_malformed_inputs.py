@@ -26,6 +26,7 @@ from logs_analysis.formats import Container, LogFormat, discover, sniff
 from logs_analysis.readers import read_table
 from logs_analysis.readers.spark import read_spark_events
 from placement.schema import REQUIRED_COLUMNS
+from tests.logs_analysis.damage import damage_row_group
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -184,19 +185,6 @@ def test_no_usable_rows_error_shows_the_first_issue_of_each_reason(tmp_path: Pat
     assert res.exit_code == 1 and "lacks ['stage']" in res.output
 
 
-def _damage_row_group(path: Path, row_group: int, column: str = "size_bytes") -> None:
-    """Overwrite the pages of one column chunk of one row group, so that row group alone no
-    longer decodes (pyarrow: "Couldn't deserialize thrift")."""
-    meta = pq.ParquetFile(path).metadata.row_group(row_group)
-    chunk = next(
-        meta.column(j) for j in range(meta.num_columns) if meta.column(j).path_in_schema == column
-    )
-    start = chunk.dictionary_page_offset or chunk.data_page_offset
-    data = bytearray(path.read_bytes())
-    data[start : start + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
-    path.write_bytes(bytes(data))
-
-
 def test_damaged_parquet_counts_one_file_however_it_is_chunked(
     real_rows: pa.Table, tmp_path: Path
 ) -> None:
@@ -214,7 +202,7 @@ def test_damaged_parquet_counts_one_file_however_it_is_chunked(
     pq.write_table(rows, path, row_group_size=40, compression="snappy")
     assert pq.ParquetFile(path).metadata.num_row_groups == 8
     for row_group in (1, 2, 5):  # rows 40-119 and 200-239
-        _damage_row_group(path, row_group)
+        damage_row_group(path, row_group)
     kept_rows = 320 - 3 * 40 - 1
     results = {}
     for chunk_rows in (None, 40, 80, 160):  # one chunk; 8, 4 and 2 chunks
@@ -242,7 +230,7 @@ def test_damaged_parquet_counts_one_file_however_it_is_chunked(
     assert table.num_rows == kept_rows and issues.counts[DAMAGED_FILE] == 1
     # every row group damaged: one file, its rows in the detail, no usable row
     for row_group in (0, 3, 4, 6, 7):
-        _damage_row_group(path, row_group)
+        damage_row_group(path, row_group)
     with pytest.raises(InputError) as exc:
         read_table([path])
     message = str(exc.value)

@@ -23,7 +23,7 @@ from logs_analysis.readers.native import (
     plan_parquet,
 )
 from placement.schema import SCHEMA_VERSION_KEY
-from tests.logs_analysis.test_malformed_inputs import _damage_row_group
+from tests.logs_analysis.damage import damage_row_group
 from tests.placement.logtables import make_log, merge_by_hand
 
 
@@ -111,7 +111,7 @@ def test_a_chunk_whose_merged_file_is_damaged_says_so(tmp_path: Path, rows: pa.T
     _, b, _ = files = _three_files(tmp_path, rows)
     chunks, _ = plan_parquet(b, chunk_rows=2)
     merged = _merge(tmp_path, files)
-    _damage_row_group(merged, 1)  # merged rows 3-5: b's first row
+    damage_row_group(merged, 1)  # merged rows 3-5: b's first row
     b.unlink()
     result = chunks[0].load()
     assert result.table.num_rows == 0
@@ -151,7 +151,7 @@ def test_a_torn_file_after_planning_is_one_damaged_file(tmp_path: Path, rows: pa
 def test_damage_at_the_start_of_a_file_names_its_rows(tmp_path: Path, rows: pa.Table) -> None:
     path = tmp_path / "log.parquet"
     pq.write_table(rows, path, row_group_size=3)
-    _damage_row_group(path, 0)
+    damage_row_group(path, 0)
     (chunk,) = plan_parquet(path)[0]  # one chunk of five row groups
     result = chunk.load()
     assert _ids(result.table) == _ids(rows.slice(3))
@@ -170,7 +170,7 @@ def test_a_chunk_with_every_row_group_damaged_has_one_example(
     path = tmp_path / "log.parquet"
     pq.write_table(rows, path, row_group_size=5)
     for row_group in range(3):
-        _damage_row_group(path, row_group)
+        damage_row_group(path, row_group)
     (chunk,) = plan_parquet(path)[0]
     result = chunk.load()
     assert result.table.num_rows == 0
@@ -183,7 +183,7 @@ def test_damage_in_a_column_not_of_the_log_schema_loses_nothing(
     path = tmp_path / "log.parquet"
     notes = pa.array([f"note {i}" * 20 for i in range(rows.num_rows)])
     pq.write_table(rows.append_column("note", notes), path, row_group_size=5)
-    _damage_row_group(path, 1, column="note")
+    damage_row_group(path, 1, column="note")
     table, issues = read_table([path])
     assert not issues and table.num_rows == rows.num_rows
 
