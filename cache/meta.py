@@ -46,6 +46,9 @@ from cache.errors import CacheError, StaleCacheError, UnreadableMetaError
 #: Version of the key/record/metadata layout; a cache of another version is stale.
 SCHEMA_VERSION = 1
 META_KEY = b"meta"
+#: The sample dtype and layout this code writes and serves; a cache of others is stale.
+SAMPLE_DTYPE = "uint8"
+SAMPLE_LAYOUT = "CHW"
 
 Fingerprint = str | Mapping[str, Any]
 
@@ -357,8 +360,8 @@ class CacheMeta:
     identity: CacheIdentity
     variants: int
     max_bytes: int
-    dtype: str = "uint8"
-    layout: str = "CHW"
+    dtype: str = SAMPLE_DTYPE
+    layout: str = SAMPLE_LAYOUT
     created: str = ""
 
     @classmethod
@@ -454,7 +457,8 @@ class CacheMeta:
         differ, old and new; the dataset's kind and location and the facts that
         differ (the number of samples among them), with what its fingerprint
         covers. The fingerprints' hashes follow as a detail. Without descriptions
-        the fingerprints themselves are compared.
+        the fingerprints themselves are compared. A schema version, sample dtype or
+        layout other than this code's is a change too.
         """
         out = []
         if self.schema_version != SCHEMA_VERSION:
@@ -495,6 +499,12 @@ class CacheMeta:
             out.append(f"number of samples: {have.num_samples} -> {expected.num_samples}")
         if have.sample_shape != expected.sample_shape:
             out.append(f"sample shape: {have.sample_shape} -> {expected.sample_shape}")
+        if (self.dtype, self.layout) != (SAMPLE_DTYPE, SAMPLE_LAYOUT):
+            # Its payloads would be read as uint8 CHW bytes they are not.
+            out.append(
+                f"sample dtype and layout: the cache has {self.dtype} {self.layout}, this "
+                f"code serves {SAMPLE_DTYPE} {SAMPLE_LAYOUT}"
+            )
         return tuple(out)
 
     def check(self, expected: CacheIdentity, *, where: str) -> None:

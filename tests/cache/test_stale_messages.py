@@ -245,3 +245,27 @@ def test_a_bad_description_is_refused(args: tuple[Any, ...], match: str) -> None
         InputDescription(*args)
     with pytest.raises(CacheError, match="recipe_description must be a cache.InputDescription"):
         CacheIdentity("r", "d", (1, 2, 2), 4, recipe_description="'a'")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("dtype", "layout"), [("float16", "CHW"), ("uint8", "HWC")])
+def test_a_cache_of_another_sample_dtype_or_layout_is_stale_and_keeps_its_records(
+    open_store: Opener, dtype: str, layout: str
+) -> None:
+    """Its payloads are not uint8 CHW samples: served, they would be other bytes."""
+    store = open_store(described())
+    _fill(store)
+    doc = {**_stored_doc(store), "dtype": dtype, "layout": layout}
+    shared = store._env()
+    with shared.env.begin(write=True, db=shared.meta) as txn:
+        txn.put(META_KEY, json.dumps(doc, sort_keys=True).encode())
+    store.close()
+    with pytest.raises(StaleCacheError) as info:
+        open_store(described())
+    assert info.value.changes == (
+        f"sample dtype and layout: the cache has {dtype} {layout}, this code serves uint8 CHW",
+    )
+    assert "rebuild=True" in str(info.value)
+    with CacheStore.open_existing(store.path) as kept:
+        assert kept.count() == 16 and kept.info().as_dict()["dtype"] == dtype
+    with open_store(described(), rebuild=True) as rebuilt:
+        assert rebuilt.count() == 0 and rebuilt.meta.dtype == "uint8"
