@@ -437,6 +437,30 @@ def test_a_directory_named_twice_is_one_duplicate_however_many_files_it_holds(
     assert table.num_rows == 5
 
 
+def test_a_file_that_cannot_be_read_in_a_directory_is_an_input_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An I/O error on one file of a directory (injected: root reads whatever the mode) skips
+    that file, counted as an input not read rather than as malformed data; the others are
+    read."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _write_jsonl(logs / "a.jsonl", [_native_row(i) for i in range(3)])
+    _write_jsonl(logs / "b.jsonl", [_native_row(i) for i in range(3, 5)])
+
+    def failing_sniff(path: Path) -> Any:
+        if path.name == "b.jsonl":
+            raise InputError(f"cannot read {path}: Input/output error")
+        return sniff(path)
+
+    monkeypatch.setattr("logs_analysis.formats.sniff", failing_sniff)
+    sources, issues = discover([logs])
+    assert [s.path.name for s in sources] == ["a.jsonl"]
+    assert issues.counts == {"unreadable file": 1}
+    assert issues.skipped_inputs == 1 and issues.malformed == 0
+    assert "Input/output error" in issues.examples[0].detail
+
+
 def test_special_files_in_a_directory_are_counted(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -451,6 +475,7 @@ def test_special_files_in_a_directory_are_counted(tmp_path: Path) -> None:
         sock.close()
     assert [s.path.name for s in sources] == ["log.jsonl"]
     assert issues.counts == {"not a regular file (skipped)": 3}
+    assert issues.skipped_inputs == 3 and issues.malformed == 0
     details = {Path(e.source).name: e.detail for e in issues.examples}
     assert "missing" in details["dangling"]
     assert details["pipe"] == "a FIFO" and details["sock"] == "a socket"
