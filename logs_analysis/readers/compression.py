@@ -56,6 +56,11 @@ GZIP_MAGIC = b"\x1f\x8b"
 LZF_MAGIC = b"ZV"
 #: lz4-java's stream checksum seed (``LZ4BlockOutputStream.DEFAULT_SEED``).
 LZ4_BLOCK_SEED = 0x9747B28C
+# lz4-java's block methods (high nibble of the token) and the base of its block-size level
+# (low nibble): a block holds at most 1 << (10 + level) decoded bytes
+_LZ4_RAW = 0x10
+_LZ4_COMPRESSED = 0x20
+_LZ4_LEVEL_BASE = 10
 _READ_SIZE = 1 << 20
 #: Bytes asked of pyarrow's zstd stream per read. A read that meets the end of a truncated
 #: stream raises and loses what it decoded (at most this much), so a cut stream is decoded a
@@ -147,14 +152,13 @@ def _lz4_blocks(f: BinaryIO, path: str) -> Iterator[bytes]:
             raise FormatError(f"{path}: corrupt LZ4Block stream (bad block magic {magic!r})")
         token, clen, dlen, checksum = struct.unpack("<BiiI", _read_exact(f, 13, path))
         method = token & 0xF0
-        if clen == 0 and dlen == 0:  # end mark; another stream may follow (concatenated)
-            continue
-        if clen < 0 or dlen < 0:
-            raise FormatError(f"{path}: corrupt LZ4Block header (lengths {clen}, {dlen})")
+        if clen == 0 and dlen == 0 and checksum == 0:
+            continue  # end mark; another stream may follow (concatenated)
+        _check_lz4_header(method, 1 << (_LZ4_LEVEL_BASE + (token & 0x0F)), clen, dlen, path)
         data = _read_exact(f, clen, path)
-        if method == 0x10:  # stored raw
+        if method == _LZ4_RAW:
             out = data
-        elif method == 0x20:
+        elif method == _LZ4_COMPRESSED:
             try:
                 out = pa.decompress(data, decompressed_size=dlen, codec="lz4_raw", asbytes=True)
             except (pa.ArrowException, OSError) as exc:
@@ -169,6 +173,24 @@ def _lz4_blocks(f: BinaryIO, path: str) -> Iterator[bytes]:
         ):
             raise FormatError(f"{path}: LZ4 block checksum mismatch: the file is corrupt")
         yield out
+
+
+def _check_lz4_header(method: int, block_size: int, clen: int, dlen: int, path: str) -> None:
+    """Refuse a block header lz4-java's ``LZ4BlockInputStream`` refuses ("Stream is
+    corrupted"): a negative length, one length 0 and the other not, a decoded length over
+    the block size its token declares, or a raw block whose two lengths differ; so a corrupt
+    header is named before its lengths are used to read or allocate."""
+    if (
+        clen < 0
+        or dlen < 0
+        or (clen == 0) != (dlen == 0)
+        or dlen > block_size
+        or (method == _LZ4_RAW and clen != dlen)
+    ):
+        raise FormatError(
+            f"{path}: corrupt LZ4Block header (method {method:#x}, compressed length {clen}, "
+            f"length {dlen}, block size {block_size})"
+        )
 
 
 def _snappy_varint(data: bytes, path: str) -> int:
@@ -195,6 +217,8 @@ def _snappy_chunks(f: BinaryIO, path: str) -> Iterator[bytes]:
             _read_exact(f, 12, path)
             continue
         (n,) = struct.unpack(">i", prefix)
+        if n < 0:
+            raise FormatError(f"{path}: corrupt snappy chunk (length {n})")
         data = _read_exact(f, n, path)
         try:
             yield pa.decompress(
