@@ -161,7 +161,9 @@ class AggregateConfig:
         ):
             raise AnalysisConfigError(f"sample_rows={self.sample_rows!r} must be an int >= 100")
         check_scheduler(self.scheduler)
-        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+        if self.workers is not None and (
+            isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1
+        ):
             raise AnalysisConfigError(f"workers={self.workers!r} must be a positive int or None")
         if not isinstance(self.row_filter, RowFilter):
             raise AnalysisConfigError(

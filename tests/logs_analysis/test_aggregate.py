@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from logs_analysis.aggregate import (
+    DENSITY_GROUPINGS,
     MIN_SAMPLE_RUNS,
+    SHAPE_GROUPINGS,
     AggregateConfig,
     Partial,
     _choose_sample,
@@ -23,10 +25,11 @@ from logs_analysis.aggregate import (
 from logs_analysis.analyses.distributions import distribution_table
 from logs_analysis.analyses.skew import skew
 from logs_analysis.formats import discover
+from logs_analysis.histogram import Histogram, bin_of
 from logs_analysis.issues import ReadIssues
 from logs_analysis.readers import plan
 from logs_analysis.resample import resample_runs
-from placement.schema import with_derived
+from placement.schema import MIN_LIFETIME_S, MIN_SIZE_BYTES, with_derived
 from tests.placement.logtables import make_log
 
 
@@ -177,6 +180,15 @@ def test_config_is_validated() -> None:
         AggregateConfig(scheduler="thread")
     for ok in ("threads", "processes", "sync", "tcp://127.0.0.1:8786", "tls://host:8786"):
         assert AggregateConfig(scheduler=ok).scheduler == ok
+    assert AggregateConfig(workers=1).workers == 1
+    # a bool is an int to Python, but True is no count of workers; floats and strings are refused
+    # as config errors, not TypeErrors from comparing them
+    for bad in (True, 2.0, "2"):
+        with pytest.raises(ValueError, match=rf"workers={bad!r} must be a positive int"):
+            AggregateConfig(workers=bad)  # type: ignore[arg-type]
+    for bad in (True, 500.0, "500"):
+        with pytest.raises(ValueError, match=rf"sample_rows={bad!r} must be an int >= 100"):
+            AggregateConfig(sample_rows=bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.timeout(120)
@@ -370,3 +382,79 @@ def test_thinning_stops_at_the_run_that_fills_the_sample() -> None:
     thinned = _thin_runs(df, AggregateConfig(sample_rows=100))
     assert len(thinned) == 100  # two whole runs of 50
     assert thinned["run_id"].nunique() == 2
+
+
+def test_every_histogram_is_an_exact_group_by_of_its_rows(tmp_path: Path) -> None:
+    """Each histogram's (key, bin) counts and weights are those of the rows, for every
+    grouping: keys of two columns, and a null operator as its own "(none)" group."""
+    df = make_log(pipelines=2, runs=3, files_per_stage=7, seed=2).to_pandas()
+    df.loc[::5, "operator"] = None
+    df["read_bytes"] = df["size_bytes"] * (1 + np.arange(len(df)) % 4)  # reads differ from writes
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    for i, part in enumerate((table.slice(0, 60), table.slice(60))):  # two chunks
+        pq.write_table(part, tmp_path / f"part-{i}.parquet")
+    agg = _run([tmp_path])
+    assert agg.chunks == 2
+    life = np.maximum(df["deleted_at"] - df["created_at"], MIN_LIFETIME_S)
+    ops = df["read_ops"] + df["write_ops"]
+    byte_s = np.maximum(df["size_bytes"], MIN_SIZE_BYTES) * life
+    rows = df.assign(
+        ops=ops,
+        byte_s=byte_s,
+        io_bytes=df["read_bytes"] + df["write_bytes"],
+        bytes=df["size_bytes"],
+        density=ops / byte_s,
+        lifetime=life,
+        size=df["size_bytes"],
+    ).fillna({"operator": "(none)"})
+    weights = {"density": ["bytes", "ops", "byte_s", "io_bytes"], "lifetime": ["bytes"]}
+    groupings = {"density": DENSITY_GROUPINGS, "lifetime": SHAPE_GROUPINGS, "size": SHAPE_GROUPINGS}
+    assert set(agg.histograms) == {(v, g) for v, gs in groupings.items() for g in gs}
+    for (variable, grouping), hist in agg.histograms.items():
+        columns = list(groupings[variable][grouping])
+        key = rows[columns].agg(Histogram.KEY_SEP.join, axis=1) if columns else ""
+        w = weights.get(variable, ["bytes"])
+        want = (
+            rows.assign(key=key, bin=bin_of(rows[variable].to_numpy()))
+            .groupby(["key", "bin"])
+            .agg(n=("bytes", "size"), **{c: (c, "sum") for c in w})
+        )
+        got = hist.frame.set_index(["key", "bin"]).sort_index()
+        assert got.index.tolist() == want.index.tolist(), (variable, grouping)
+        assert got["n"].tolist() == want["n"].tolist(), (variable, grouping)
+        for c in w:
+            assert np.allclose(got[c], want[c], rtol=1e-12), (variable, grouping, c)
+    assert "pipe1" + Histogram.KEY_SEP + "shuffle-p2p" in agg.histogram("density", "stage").keys()
+
+
+def test_a_chunk_without_usable_rows_is_counted_with_its_issues(tmp_path: Path) -> None:
+    table = make_log(pipelines=1, runs=2, files_per_stage=5, seed=3)
+    pq.write_table(table, tmp_path / "good.parquet")
+    df = table.to_pandas()
+    df["pipeline"] = None  # every row of the second file lacks a required column
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "bad.parquet")
+    agg = _run([tmp_path])
+    assert agg.chunks == 2 and agg.rows_read == 2 * table.num_rows
+    assert agg.rows == table.num_rows
+    assert agg.issues.counts == {"null pipeline": table.num_rows}
+    assert agg.sources == {str(tmp_path / "good.parquet"): table.num_rows}
+
+
+def test_runs_are_drawn_alike_in_every_chunk_whatever_their_order(tmp_path: Path) -> None:
+    """The run sample is whole runs because every chunk draws the same runs: a run's draw
+    depends on its run_id and the seed alone, not on where the chunk holds it."""
+    table = make_log(pipelines=5, runs=8, files_per_stage=2, seed=1)  # 40 runs of 6 rows
+    df = table.to_pandas()
+    first = df.groupby("run_id").head(3)
+    second = df.drop(first.index).iloc[::-1]  # the other rows, the runs in reverse order
+    for name, part in (("a", first), ("b", second)):
+        pq.write_table(
+            pa.Table.from_pandas(part, preserve_index=False), tmp_path / f"{name}.parquet"
+        )
+    sources, _ = discover([tmp_path])
+    chunks, _ = plan(sources)
+    drawn = []
+    for i, chunk in enumerate(chunks):
+        partial = process_chunk((i, chunk), rate=0.3, seed=5, with_keys=False)
+        drawn.append(set(pd.concat(partial.run_sample)["run_id"]) if partial.run_sample else set())
+    assert len(drawn) == 2 and drawn[0] and drawn[0] == drawn[1]
